@@ -1,0 +1,24 @@
+"""Where this process sits in a distributed job: TF_CONFIG, cluster resolvers, launchers.
+
+Example:
+  >>> import tfx_dist.cluster as cluster
+  >>> info = cluster.resolve(environ={})   # nothing configured: a cluster of one
+  >>> info.rank, info.num_workers, info.is_chief
+  (0, 1, True)
+
+This package imports no TensorFlow; it reads TensorFlow's cluster resolvers by
+their public methods.
+"""
+
+from tfx_dist.cluster.info import (ALLREDUCE_TASK_TYPES, EXPECTED_TF_CONFIG, TASK_TYPES,
+                                   ClusterConfigError, ClusterInfo, Source, make_tf_config)
+from tfx_dist.cluster.launchers import (expand_hostlist, from_horovod_env, from_mpi_env,
+                                        from_slurm_env)
+from tfx_dist.cluster.resolution import from_cluster_resolver, resolve
+from tfx_dist.cluster.tf_config import parse_tf_config
+
+__all__ = [
+    "ALLREDUCE_TASK_TYPES", "EXPECTED_TF_CONFIG", "TASK_TYPES", "ClusterConfigError",
+    "ClusterInfo", "Source", "expand_hostlist", "from_cluster_resolver", "from_horovod_env",
+    "from_mpi_env", "from_slurm_env", "make_tf_config", "parse_tf_config", "resolve",
+]
