@@ -1,0 +1,206 @@
+// TfxFusedReduce kernels: validate the device contributions, plan buckets,
+// reduce each bucket once (in parallel on the CPU), hand out the results.
+
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU
+#endif
+
+#include <vector>
+
+#include "custom_ops/fused_reduce/cc/kernels/fused_reduce.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace tfx_dist {
+
+using ::tensorflow::DataType;
+using ::tensorflow::DataTypeString;
+using ::tensorflow::OpInputList;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+
+namespace {
+
+// Calls fn.template operator()<T>() for the C++ type of `dtype`.
+template <typename Fn>
+absl::Status DispatchDtype(DataType dtype, Fn&& fn) {
+  switch (dtype) {
+    case tensorflow::DT_HALF: fn(Eigen::half{}); break;
+    case tensorflow::DT_BFLOAT16: fn(Eigen::bfloat16{}); break;
+    case tensorflow::DT_FLOAT: fn(float{}); break;
+    case tensorflow::DT_DOUBLE: fn(double{}); break;
+    case tensorflow::DT_INT32: fn(int32_t{}); break;
+    case tensorflow::DT_INT64: fn(int64_t{}); break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("TfxFusedReduce: unsupported dtype ", DataTypeString(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// Base kernel: everything but the device-specific reduction of one span.
+class FusedReduceBase : public OpKernel {
+ public:
+  explicit FusedReduceBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_devices", &num_devices_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("bucket_bytes", &bucket_bytes_));
+    std::string reduction;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduction", &reduction));
+    OP_REQUIRES(ctx, ParseReduction(reduction, &reduction_),
+                absl::InvalidArgumentError("TfxFusedReduce: unknown reduction " + reduction));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    OpInputList inputs;
+    OP_REQUIRES_OK(ctx, ctx->input_list("inputs", &inputs));
+    const int num_tensors = inputs.size() / num_devices_;
+    OP_REQUIRES(ctx, num_tensors * num_devices_ == inputs.size(),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "TfxFusedReduce: ", inputs.size(), " inputs is not a multiple of num_devices=",
+                    num_devices_)));
+    OP_REQUIRES_OK(ctx, Validate(inputs, num_tensors));
+
+    // The result of tensor k goes into device 0's input buffer when nothing
+    // else holds it, so no output is allocated in the common case.
+    std::vector<Tensor*> outputs(num_tensors);
+    std::vector<int64_t> num_elements(num_tensors);
+    std::vector<int> element_bytes(num_tensors);
+    for (int k = 0; k < num_tensors; ++k) {
+      OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({k}, k, inputs[k].shape(),
+                                                                &outputs[k]));
+      num_elements[k] = inputs[k].NumElements();
+      element_bytes[k] = tensorflow::DataTypeSize(inputs[k].dtype());
+    }
+    Reduce(ctx, inputs, outputs, num_elements, element_bytes);
+  }
+
+ protected:
+  virtual void Reduce(OpKernelContext* ctx, const OpInputList& inputs,
+                      const std::vector<Tensor*>& outputs,
+                      const std::vector<int64_t>& num_elements,
+                      const std::vector<int>& element_bytes) = 0;
+
+  // Collects the device pointers of span `span` of every device's copy.
+  template <typename T>
+  void SpanPointers(const OpInputList& inputs, const Span& span, int num_tensors,
+                    std::vector<const T*>* ptrs) const {
+    ptrs->resize(num_devices_);
+    for (int d = 0; d < num_devices_; ++d) {
+      (*ptrs)[d] = reinterpret_cast<const T*>(inputs[d * num_tensors + span.tensor].data()) +
+                   span.begin;
+    }
+  }
+
+  int num_devices_;
+  int64_t bucket_bytes_;
+  Reduction reduction_;
+
+ private:
+  absl::Status Validate(const OpInputList& inputs, int num_tensors) const {
+    for (int k = 0; k < num_tensors; ++k) {
+      const Tensor& first = inputs[k];
+      for (int d = 1; d < num_devices_; ++d) {
+        const Tensor& other = inputs[d * num_tensors + k];
+        if (other.dtype() != first.dtype() || other.shape() != first.shape()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "TfxFusedReduce: tensor ", k, " of ", num_tensors, " is ",
+              DataTypeString(first.dtype()), first.shape().DebugString(), " on device 0 but ",
+              DataTypeString(other.dtype()), other.shape().DebugString(), " on device ", d,
+              "; every device must contribute the same dtypes and shapes, in the same order."));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+};
+
+class FusedReduceCpu : public FusedReduceBase {
+ public:
+  using FusedReduceBase::FusedReduceBase;
+
+ protected:
+  void Reduce(OpKernelContext* ctx, const OpInputList& inputs,
+              const std::vector<Tensor*>& outputs, const std::vector<int64_t>& num_elements,
+              const std::vector<int>& element_bytes) override {
+    const int num_tensors = outputs.size();
+    int64_t total_bytes = 0;
+    for (int k = 0; k < num_tensors; ++k) total_bytes += num_elements[k] * element_bytes[k];
+    // Enough buckets for every thread to stay busy, none so small that the
+    // per-task overhead shows.
+    const auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    const int64_t balanced = total_bytes / (4 * std::max(1, threads->num_threads));
+    const int64_t bucket_bytes =
+        std::max<int64_t>(std::min<int64_t>(bucket_bytes_, balanced), 256 << 10);
+    const std::vector<Bucket> buckets = PlanBuckets(num_elements, element_bytes, bucket_bytes);
+
+    std::vector<absl::Status> status(buckets.size());
+    auto reduce_buckets = [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        for (const Span& span : buckets[b]) {
+          status[b].Update(DispatchDtype(inputs[span.tensor].dtype(), [&](auto tag) {
+            using T = decltype(tag);
+            std::vector<const T*> ptrs;
+            SpanPointers<T>(inputs, span, num_tensors, &ptrs);
+            T* out = reinterpret_cast<T*>(outputs[span.tensor]->data()) + span.begin;
+            ReduceCpu<T>(ptrs.data(), num_devices_, out, span.end - span.begin, reduction_);
+          }));
+        }
+      }
+    };
+    // A cost this high makes the pool give each thread whole buckets.
+    const int64_t cost_per_bucket = bucket_bytes * num_devices_;
+    tensorflow::Shard(threads->num_threads, threads->workers, buckets.size(), cost_per_bucket,
+                      reduce_buckets);
+    for (const absl::Status& s : status) OP_REQUIRES_OK(ctx, s);
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("TfxFusedReduce").Device(tensorflow::DEVICE_CPU), FusedReduceCpu);
+
+#if GOOGLE_CUDA
+// On a GPU the inputs have been copied onto the op's device; one kernel
+// launch per span reduces straight from them.
+class FusedReduceGpu : public FusedReduceBase {
+ public:
+  using FusedReduceBase::FusedReduceBase;
+
+ protected:
+  void Reduce(OpKernelContext* ctx, const OpInputList& inputs,
+              const std::vector<Tensor*>& outputs, const std::vector<int64_t>& num_elements,
+              const std::vector<int>& element_bytes) override {
+    OP_REQUIRES(ctx, num_devices_ <= kMaxGpuInputs,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "TfxFusedReduce on GPU reduces at most ", kMaxGpuInputs,
+                    " devices, got ", num_devices_)));
+    void* stream = const_cast<void*>(static_cast<const void*>(ctx->eigen_gpu_device().stream()));
+    const int num_tensors = outputs.size();
+    std::vector<const void*> ptrs(num_devices_);
+    for (int k = 0; k < num_tensors; ++k) {
+      if (num_elements[k] == 0) continue;
+      ElementType type;
+      OP_REQUIRES_OK(ctx, DispatchDtype(inputs[k].dtype(), [&](auto tag) {
+        type = GpuElementType(tag);
+      }));
+      for (int d = 0; d < num_devices_; ++d) ptrs[d] = inputs[d * num_tensors + k].data();
+      LaunchReduceGpu(type, ptrs.data(), num_devices_, outputs[k]->data(), num_elements[k],
+                      reduction_, stream);
+    }
+  }
+
+ private:
+  static ElementType GpuElementType(Eigen::half) { return ElementType::kHalf; }
+  static ElementType GpuElementType(Eigen::bfloat16) { return ElementType::kBFloat16; }
+  static ElementType GpuElementType(float) { return ElementType::kFloat; }
+  static ElementType GpuElementType(double) { return ElementType::kDouble; }
+  static ElementType GpuElementType(int32_t) { return ElementType::kInt32; }
+  static ElementType GpuElementType(int64_t) { return ElementType::kInt64; }
+};
+
+REGISTER_KERNEL_BUILDER(Name("TfxFusedReduce").Device(tensorflow::DEVICE_GPU), FusedReduceGpu);
+#endif  // GOOGLE_CUDA
+
+}  // namespace
+}  // namespace tfx_dist

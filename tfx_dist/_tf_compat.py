@@ -1,0 +1,29 @@
+"""Every private TensorFlow import of tfx_dist, in one place.
+
+tf.distribute has no public API for new strategies: they subclass its classes
+and reuse its helpers. Supported and tested: TensorFlow 2.21 (see
+pyproject.toml). A TensorFlow upgrade that moves these names touches this file only.
+"""
+
+# Helpers for CrossDeviceOps: device lists of destinations, simple broadcast.
+from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib  # noqa: F401
+# Wraps per-device results as Mirrored/PerReplica values.
+from tensorflow.python.distribute import distribute_utils  # noqa: F401
+# ReduceOp enum used internally (tf.distribute.ReduceOp is the same object).
+from tensorflow.python.distribute import reduce_util  # noqa: F401
+# DistributedValues classes (PerReplica, Mirrored).
+from tensorflow.python.distribute import values as values_lib  # noqa: F401
+# TF's MultiWorkerMirroredStrategy internals: tfx_dist's multi-worker extended subclasses CollectiveAllReduceExtended.
+from tensorflow.python.distribute import collective_all_reduce_strategy  # noqa: F401
+# CollectiveKeys (kept on the multi-worker extended for code that expects it) and local tensor/IndexedSlices sums.
+from tensorflow.python.distribute import cross_device_utils  # noqa: F401
+# Canonical device names ("/job:localhost/replica:0/task:0/device:CPU:0").
+from tensorflow.python.distribute import device_util  # noqa: F401
+# Strategy / StrategyExtended base classes (their __init__ and default replica all-reduce).
+from tensorflow.python.distribute import distribute_lib  # noqa: F401
+# MirroredExtended: single-worker device setup and per-replica initial values reused by the multi-worker extended.
+from tensorflow.python.distribute import mirrored_strategy  # noqa: F401
+# SingleDevice: the host input device of a strategy.
+from tensorflow.python.distribute import numpy_dataset  # noqa: F401
+# CheckpointInitialValue, unwrapped before broadcasting a variable's initial value.
+from tensorflow.python.trackable import base as trackable_base  # noqa: F401

@@ -1,0 +1,70 @@
+"""Python face of the ``TfxFusedReduce`` op: one reduction for a whole tensor list."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from tfx_dist import settings
+from tfx_dist._ops import load_op_library
+
+REDUCTIONS = ("sum", "mean", "min", "max")
+DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
+
+
+# Loaded on import, so that `import tfx_dist` fails early with an
+# OpLibraryError that says how to rebuild, rather than at the first step.
+_OPS = load_op_library("_fused_reduce_ops")
+
+
+def fused_reduce(per_device: Sequence[Sequence[tf.Tensor]], reduction: str = "sum",
+                 bucket_bytes: int | None = None) -> list[tf.Tensor]:
+    """Reduces the same list of tensors, contributed by several devices, in one op.
+
+    The op runs on the current device scope; every device's list must hold the
+    same dtypes and shapes in the same order.
+
+    Example:
+    ```python
+    a = [tf.ones([2]), tf.fill([3], 2.0)]
+    b = [tf.ones([2]), tf.fill([3], 4.0)]
+    fused_reduce([a, b], "mean")  # [[1., 1.], [3., 3., 3.]]
+    ```
+
+    Args:
+      per_device: one list of tensors per device.
+      reduction: one of "sum", "mean", "min", "max".
+      bucket_bytes: bytes per unit of parallel work; defaults to the
+        `TFX_FUSION_BUCKET_BYTES` setting.
+
+    Returns:
+      The reduced tensors, in the order of each device's list.
+
+    Raises:
+      ValueError: unknown reduction, or devices whose lists differ in length,
+        dtype or shape.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"Expected `reduction` to be one of {REDUCTIONS}. Received: "
+                         f"reduction={reduction!r}")
+    per_device = [list(values) for values in per_device]
+    if not per_device:
+        raise ValueError("Expected at least one device's tensor list. Received: per_device=[]")
+    num_tensors = len(per_device[0])
+    for d, values in enumerate(per_device):
+        if len(values) != num_tensors:
+            raise ValueError(f"Every device must contribute the same number of tensors: device 0 "
+                             f"has {num_tensors}, device {d} has {len(values)}.")
+    if num_tensors == 0:
+        return []
+    first = [tf.convert_to_tensor(t) for t in per_device[0]]
+    for t in first:
+        if t.dtype not in DTYPES:
+            raise ValueError(f"Expected tensors of dtype {[d.name for d in DTYPES]}. "
+                             f"Received: a tensor of dtype {t.dtype.name}")
+    flat = first + [tf.convert_to_tensor(t) for values in per_device[1:] for t in values]
+    bucket = int(settings.get("TFX_FUSION_BUCKET_BYTES", bucket_bytes))
+    return list(_OPS.tfx_fused_reduce(inputs=flat, Tout=[t.dtype for t in first],
+                                        num_devices=len(per_device), reduction=reduction,
+                                        bucket_bytes=bucket))
