@@ -1,0 +1,179 @@
+"""Starts real worker processes for multi-worker tests.
+
+TensorFlow keeps one runtime per process, and TF's ``multi_process_runner``
+does not work under pytest, so each test here starts N plain ``python``
+processes, each with its own ``TF_CONFIG`` (free loopback ports, chief =
+worker 0) and a shared ``TFX_JOB_SECRET``, and waits for all of them under a
+hard timeout. A worker reports results by printing one line
+``RESULT <json>`` (see :func:`report`); :func:`run_workers` returns them by rank.
+
+A worker script is a Python source string. It runs with the repository root on
+``sys.path`` and is given ``WORKDIR`` (a folder shared by all workers of the
+test) in its environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULT_PREFIX = "RESULT "
+
+
+def free_ports(n: int) -> list[int]:
+    """Returns ``n`` distinct ports that were free on 127.0.0.1 a moment ago."""
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def tf_config(addresses: list[str], index: int) -> str:
+    """The ``TF_CONFIG`` of worker ``index`` of a cluster of plain workers."""
+    return json.dumps({"cluster": {"worker": addresses},
+                       "task": {"type": "worker", "index": index}})
+
+
+def report(value) -> None:
+    """Called inside a worker: hands ``value`` (JSON-serializable) back to the test."""
+    print(RESULT_PREFIX + json.dumps(value), flush=True)
+
+
+@dataclasses.dataclass
+class WorkerResult:
+    rank: int
+    returncode: int | None  # None: killed at the timeout
+    stdout: str
+    stderr: str
+    results: list  # every value the worker passed to report(), in order
+
+    @property
+    def result(self):
+        """The last reported value (most scripts report once)."""
+        if not self.results:
+            raise AssertionError(f"worker {self.rank} reported nothing.\n{self.describe()}")
+        return self.results[-1]
+
+    def describe(self) -> str:
+        return (f"--- worker {self.rank}: exit code {self.returncode} ---\n"
+                f"stdout (tail):\n{self.stdout[-3000:]}\nstderr (tail):\n{self.stderr[-6000:]}")
+
+
+class WorkersFailed(AssertionError):
+    pass
+
+
+def _worker_env(index: int, addresses: list[str], workdir: str, extra_env: dict | None) -> dict:
+    env = dict(os.environ)
+    env["TF_CONFIG"] = tf_config(addresses, index)
+    env.setdefault("TFX_JOB_SECRET", "tfx-dist-test-secret")
+    env["WORKDIR"] = workdir
+    env["PYTHONPATH"] = os.pathsep.join(
+        [REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if extra_env:
+        env.update({k: str(v) for k, v in extra_env.items()})
+    return env
+
+
+def start_workers(script: str, num_workers: int, workdir: str, extra_env: dict | None = None,
+                  per_rank_env: list[dict] | None = None,
+                  addresses: list[str] | None = None) -> tuple[list[subprocess.Popen], list[str]]:
+    """Starts the workers and returns (processes, addresses) without waiting."""
+    os.makedirs(workdir, exist_ok=True)
+    script_path = os.path.join(workdir, "worker_script.py")
+    with open(script_path, "w") as f:
+        f.write(script)
+    if addresses is None:
+        addresses = [f"127.0.0.1:{p}" for p in free_ports(num_workers)]
+    procs = []
+    for i in range(num_workers):
+        env = _worker_env(i, addresses, workdir, extra_env)
+        if per_rank_env:
+            env.update({k: str(v) for k, v in per_rank_env[i].items()})
+        procs.append(subprocess.Popen(
+            [sys.executable, script_path], cwd=workdir, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True))
+    return procs, addresses
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_workers(procs: list[subprocess.Popen], timeout_s: float) -> list[WorkerResult]:
+    """Waits for every worker; kills all of them once ``timeout_s`` has passed
+    or as soon as one has failed (its peers would otherwise hang in a collective)."""
+    deadline = time.monotonic() + timeout_s
+    outputs: dict[int, tuple[str, str]] = {}
+    # Drain pipes in threads so a chatty worker never blocks on a full pipe.
+    import threading
+
+    def drain(i, p):
+        outputs[i] = p.communicate()
+
+    threads = [threading.Thread(target=drain, args=(i, p), daemon=True)
+               for i, p in enumerate(procs)]
+    for t in threads:
+        t.start()
+    timed_out = set()
+    while any(t.is_alive() for t in threads):
+        if time.monotonic() > deadline:
+            timed_out = {i for i, p in enumerate(procs) if p.poll() is None}
+            for p in procs:
+                _kill(p)
+            break
+        if any(p.poll() not in (None, 0) for p in procs):
+            time.sleep(5)  # let the peers print their own error first
+            for p in procs:
+                _kill(p)
+            break
+        time.sleep(0.1)
+    for t in threads:
+        t.join(timeout=30)
+    results = []
+    for i, p in enumerate(procs):
+        out, err = outputs.get(i, ("", ""))
+        reported = [json.loads(line[len(RESULT_PREFIX):]) for line in out.splitlines()
+                    if line.startswith(RESULT_PREFIX)]
+        rc = None if i in timed_out else p.returncode
+        results.append(WorkerResult(i, rc, out, err, reported))
+    return results
+
+
+def run_workers(script: str, num_workers: int, workdir: str, timeout_s: float = 120,
+                extra_env: dict | None = None, per_rank_env: list[dict] | None = None,
+                check: bool = True) -> list[WorkerResult]:
+    """Runs ``script`` on ``num_workers`` worker processes and returns their results.
+
+    Raises:
+      WorkersFailed: (with ``check``) a worker exited non-zero or ran past ``timeout_s``;
+        the message holds every worker's exit code and output tail.
+    """
+    procs, _ = start_workers(script, num_workers, workdir, extra_env, per_rank_env)
+    results = wait_workers(procs, timeout_s)
+    if check and any(r.returncode != 0 for r in results):
+        raise WorkersFailed(f"{num_workers} workers, timeout {timeout_s}s:\n"
+                            + "\n".join(r.describe() for r in results))
+    return results

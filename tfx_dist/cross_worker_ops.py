@@ -1,0 +1,246 @@
+"""Reductions across the local devices of a process AND across worker processes.
+
+`CrossWorkerOps` is the `tf.distribute.CrossDeviceOps` of
+`tfx_dist.MultiWorkerMirroredStrategy`. Every reduction runs in three steps:
+
+1. *local*: the values of this process's replicas are summed on the first
+   local device (no-op with one device per worker, the common CPU case);
+2. *cross-process*: the local results go through a *transport* (tfx_dist's
+   collectives by default: `CommTransport`) in ONE call per batch of tensors;
+3. *broadcast*: the result is copied to the destination devices.
+
+Terms: a *transport* is any object with ``rank``, ``size`` and the three
+collectives ``all_reduce(tensors, reduction, name)``, ``all_gather(tensor,
+name)`` (concatenates along dim 0; dim 0 may differ between ranks) and
+``broadcast(tensors, root, name)``, each usable eagerly and inside
+``tf.function``.
+
+Ordering: cross-process collectives must be issued in the same order on every
+rank, but TensorFlow runs the independent ops of a graph in any order. So
+within one graph every collective waits (control dependency) for the previous
+collective created in that graph; graphs are traced identically on every rank,
+so the order is the same everywhere. Names are ``<kind>.<n>`` with ``n`` the
+position of the collective in its graph, equal on every rank.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import tensorflow as tf
+
+from tfx_dist import _tf_compat as tfc
+
+_ReduceOp = tf.distribute.ReduceOp
+
+# Dtypes a transport moves as they are; others are cast around the call.
+_CAST_FOR_TRANSPORT = {tf.bool: tf.int32}
+
+
+def _reduction_name(reduce_op) -> str:
+    if isinstance(reduce_op, str):
+        reduce_op = tfc.reduce_util.ReduceOp(reduce_op.upper())
+    if reduce_op == _ReduceOp.SUM:
+        return "sum"
+    if reduce_op == _ReduceOp.MEAN:
+        return "mean"
+    raise ValueError(f"Expected `reduce_op` to be tf.distribute.ReduceOp.SUM or MEAN. "
+                     f"Received: reduce_op={reduce_op!r}")
+
+
+def _divide(value, n: int):
+    """``value / n`` keeping the dtype (integer division for integer dtypes)."""
+    if isinstance(value, tf.IndexedSlices):
+        return tf.IndexedSlices(_divide(value.values, n), value.indices, value.dense_shape)
+    if value.dtype.is_integer:
+        return value // tf.cast(n, value.dtype)
+    return value / tf.cast(n, value.dtype)
+
+
+class CommTransport:
+    """The transport over tfx_dist's native collectives (`tfx_dist.comm`).
+
+    Args:
+      communicator: a ``tfx_dist.comm.Communicator`` joined by every worker.
+    """
+
+    def __init__(self, communicator):
+        from tfx_dist.comm import ops as comm_ops  # imported late: loads the op library
+
+        self._ops = comm_ops
+        self.communicator = communicator
+        self.rank, self.size = communicator.rank, communicator.size
+
+    @classmethod
+    def connect(cls, rank: int, size: int, addresses, timeout_s: float | None = None):
+        """Builds the communicator of this worker (blocks until every worker joined)."""
+        from tfx_dist.comm import Communicator
+
+        return cls(Communicator(rank, size, list(addresses), timeout_s=timeout_s))
+
+    def all_reduce(self, tensors, reduction="sum", name=None):
+        return self._ops.all_reduce(list(tensors), self.communicator, reduction=reduction,
+                                    name=name)
+
+    def all_gather(self, tensor, name=None):
+        return self._ops.all_gather(tensor, self.communicator, name=name)
+
+    def broadcast(self, tensors, root=0, name=None):
+        return self._ops.broadcast(list(tensors), self.communicator, root=root, name=name)
+
+    def close(self):
+        self.communicator.close()
+
+
+class _Sequencer:
+    """Orders the collectives of each graph (see the module docstring)."""
+
+    def __init__(self):
+        self._last = weakref.WeakKeyDictionary()  # graph -> (count, last output)
+        self._lock = threading.Lock()
+
+    def run(self, kind: str, fn):
+        """Calls ``fn(name)`` after the previous collective of the current graph."""
+        if tf.executing_eagerly():
+            return fn(kind)
+        graph = tf.compat.v1.get_default_graph()
+        with self._lock:
+            count, last = self._last.get(graph, (0, None))
+        deps = [last] if last is not None else []
+        with tf.control_dependencies(deps):
+            out = fn(f"{kind}.{count}")
+        flat = tf.nest.flatten(out)
+        with self._lock:
+            self._last[graph] = (count + 1, flat[0] if flat else last)
+        return out
+
+
+class CrossWorkerOps(tf.distribute.CrossDeviceOps):
+    """All-reduce, gather and broadcast across local devices and worker processes.
+
+    Used by `tfx_dist.MultiWorkerMirroredStrategy`; every worker must hold the
+    same number of local replicas. Dense tensors of one ``batch_reduce`` go to
+    the transport in one call; `tf.IndexedSlices` are all-gathered (rows and
+    indices), which sums them when applied.
+
+    Args:
+      transport: the cross-process collectives (see the module docstring).
+      host_device: the device that runs the local reduction and the transport
+        calls; defaults to the first device of each value.
+    """
+
+    def __init__(self, transport, host_device: str | None = None):
+        super().__init__()
+        self.transport = transport
+        self.host_device = host_device
+        self._sequencer = _Sequencer()
+
+    @property
+    def _num_between_graph_workers(self):
+        # More than 1 disables CrossDeviceOps' single-value shortcuts.
+        return self.transport.size
+
+    # -- the three steps -------------------------------------------------------------------
+
+    def _device_of(self, values) -> str:
+        return self.host_device or values[0].device or "/device:CPU:0"
+
+    def _local_sum(self, values):
+        values = list(values)
+        if len(values) == 1:
+            return values[0]
+        with tf.device(self._device_of(values)):
+            return tfc.cross_device_utils.aggregate_tensors_or_indexed_slices(values)
+
+    def _cross_all_reduce(self, tensors):
+        """Sums each tensor of ``tensors`` across workers (one transport call)."""
+        if self.transport.size == 1 or not tensors:
+            return list(tensors)
+        casts = [_CAST_FOR_TRANSPORT.get(t.dtype) for t in tensors]
+        sent = [tf.cast(t, c) if c is not None else t for t, c in zip(tensors, casts)]
+        with tf.device(self.host_device or "/device:CPU:0"):
+            out = self._sequencer.run(
+                "all_reduce", lambda name: self.transport.all_reduce(sent, "sum", name=name))
+        return [tf.cast(o, t.dtype) if c is not None else o
+                for o, t, c in zip(out, tensors, casts)]
+
+    def _cross_all_gather(self, tensor):
+        """Concatenates ``tensor`` of every worker along dim 0, in rank order."""
+        if self.transport.size == 1:
+            return tensor
+        cast = _CAST_FOR_TRANSPORT.get(tensor.dtype)
+        sent = tf.cast(tensor, cast) if cast is not None else tensor
+        with tf.device(self.host_device or "/device:CPU:0"):
+            out = self._sequencer.run(
+                "all_gather", lambda name: self.transport.all_gather(sent, name=name))
+        return tf.cast(out, tensor.dtype) if cast is not None else out
+
+    def cross_broadcast(self, tensors, root: int = 0):
+        """Returns rank ``root``'s ``tensors`` on every worker (used for initial values)."""
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        if self.transport.size == 1 or not tensors:
+            return tensors
+        casts = [_CAST_FOR_TRANSPORT.get(t.dtype) for t in tensors]
+        sent = [tf.cast(t, c) if c is not None else t for t, c in zip(tensors, casts)]
+        with tf.device(self.host_device or "/device:CPU:0"):
+            out = self._sequencer.run(
+                "broadcast", lambda name: self.transport.broadcast(sent, root=root, name=name))
+        return [tf.cast(o, t.dtype) if c is not None else o
+                for o, t, c in zip(out, tensors, casts)]
+
+    def _cross_gather_slices(self, slices: tf.IndexedSlices) -> tf.IndexedSlices:
+        rows = self._cross_all_gather(slices.values)
+        indices = self._cross_all_gather(tf.cast(slices.indices, tf.int64))
+        return tf.IndexedSlices(rows, indices, slices.dense_shape)
+
+    def _to_destinations(self, value, destinations):
+        return tfc.cross_device_ops_lib.simple_broadcast(
+            value, destinations, always_mirrored=True,
+            canonicalize_devices=self._canonicalize_devices)
+
+    # -- CrossDeviceOps --------------------------------------------------------------------
+
+    def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+        return self.batch_reduce_implementation(
+            reduce_op, [(per_replica_value, destinations)], options)[0]
+
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        reduction = _reduction_name(reduce_op)
+        local = [self._local_sum(v.values) for v, _ in value_destination_pairs]
+        dense = [i for i, t in enumerate(local) if not isinstance(t, tf.IndexedSlices)]
+        reduced = list(local)
+        for i, t in zip(dense, self._cross_all_reduce([local[i] for i in dense])):
+            reduced[i] = t
+        for i, t in enumerate(local):
+            if isinstance(t, tf.IndexedSlices):
+                reduced[i] = self._cross_gather_slices(t)
+        results = []
+        for (value, destinations), total in zip(value_destination_pairs, reduced):
+            if reduction == "mean":
+                total = _divide(total, len(value.values) * self.transport.size)
+            results.append(self._to_destinations(total, destinations))
+        return results
+
+    def _gather_implementation(self, per_replica_value, destinations, axis, options):
+        values = list(per_replica_value.values)
+        with tf.device(self._device_of(values)):
+            local = values[0] if len(values) == 1 else tf.concat(values, axis=axis)
+            rank = local.shape.rank
+            if rank == 0:
+                raise ValueError(f"Cannot gather a scalar along axis {axis}: "
+                                 f"expected a tensor of rank >= 1. Received: {local}")
+            axis = axis % rank if rank is not None else axis
+            if axis != 0:
+                perm = [axis] + [d for d in range(rank) if d != axis]
+                local = tf.transpose(local, perm)
+        gathered = self._cross_all_gather(local)
+        if axis != 0:
+            inverse = [0] * rank
+            for position, d in enumerate(perm):
+                inverse[d] = position
+            gathered = tf.transpose(gathered, inverse)
+        return self._to_destinations(gathered, destinations)
+
+    def broadcast_implementation(self, tensor, destinations):
+        return self._to_destinations(tensor, destinations)

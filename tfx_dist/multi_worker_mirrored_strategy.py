@@ -1,0 +1,402 @@
+"""Synchronous data-parallel training over several worker processes, for Keras 3.
+
+`tfx_dist.MultiWorkerMirroredStrategy` is a drop-in for
+`tf.distribute.MultiWorkerMirroredStrategy` (it IS one: Keras reduces its logs
+across workers only for instances of that class) that moves tensors between
+processes with tfx_dist's own collectives instead of TensorFlow's gRPC
+collective runtime, which it never starts.
+
+Why TensorFlow's own strategy fails under Keras 3 (keras-team/keras#20585,
+tensorflow#72388): Keras 3's ``fit`` first builds the model from one batch,
+``strategy.reduce("MEAN", (x, y), axis=None)``, passing a *tuple* of
+per-replica values. ``Strategy.reduce`` does not accept nested values ("TODO:
+support `value` being a nest" in TensorFlow); ``MirroredStrategy`` gets away
+with it because its reduce maps over the nest, but the multi-worker reduce
+hands the tuple to ``CollectiveAllReduce.reduce``, which tries to convert it
+to one tensor: "Attempt to convert a value (PerReplica: ...) ... to a Tensor".
+Then Keras averages every log value with ``strategy.reduce("MEAN", v,
+axis=0)`` where ``v`` is a scalar, for which ``Strategy.reduce`` raises
+"`axis` = 0 out of range". This strategy's ``reduce`` accepts nests and reduces
+scalars across replicas whatever the axis.
+
+Checkpoints follow TensorFlow's convention: every worker saves (saving may
+run collectives), the chief to the real path and the others to temporary
+folders they delete afterwards (`write_dirpath`, `write_filepath`,
+`remove_temp_dirpath`); `BackupAndRestore` is `keras.callbacks.BackupAndRestore`
+made safe for several workers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import weakref
+
+import keras
+import tensorflow as tf
+
+from tfx_dist import _tf_compat as tfc
+from tfx_dist import cluster as cluster_lib
+from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
+
+
+class _SingleProcessTransport:
+    """The transport of a job of one worker: nothing crosses a process boundary."""
+
+    rank, size = 0, 1
+
+    def all_reduce(self, tensors, reduction="sum", name=None):
+        return list(tensors)
+
+    def all_gather(self, tensor, name=None):
+        return tensor
+
+    def broadcast(self, tensors, root=0, name=None):
+        return list(tensors)
+
+    def close(self):
+        pass
+
+
+def _local_devices(devices):
+    if devices:
+        return tuple(devices)
+    gpus = tf.config.list_logical_devices("GPU")
+    if gpus:
+        return tuple(d.name for d in gpus)
+    return ("/device:CPU:0",)
+
+
+def _cluster_resolver_for(info: cluster_lib.ClusterInfo):
+    cluster = info.cluster_dict() or {}
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type=info.task_type, task_id=info.task_index,
+        rpc_layer=info.rpc_layer)
+
+
+class MultiWorkerMirroredExtended(tfc.collective_all_reduce_strategy.CollectiveAllReduceExtended):
+    """The `tf.distribute.StrategyExtended` of `MultiWorkerMirroredStrategy`.
+
+    It keeps TensorFlow's input pipeline (per-worker sharding, partial
+    batches), variable mirroring and replica bookkeeping, and replaces every
+    reduction, gather and initial-value broadcast with `CrossWorkerOps`.
+    """
+
+    def __init__(self, container_strategy, cluster_resolver=None, communication_options=None,
+                 devices=None, transport=None, timeout_s=None):
+        # Not CollectiveAllReduceExtended.__init__: it starts TensorFlow's gRPC
+        # server and collective runtime.
+        tfc.distribute_lib.StrategyExtendedV1.__init__(self, container_strategy)
+        info = cluster_lib.resolve(cluster_resolver)
+        if not info.in_allreduce_group:
+            raise ValueError(
+                f"MultiWorkerMirroredStrategy runs on the chief and the workers of a job. "
+                f"Received: task_type={info.task_type!r} (a {info.task_type!r} task does not "
+                f"train; do not create this strategy there).")
+        self._cluster_info = info
+        self._communication_options = (communication_options
+                                       or tf.distribute.experimental.CommunicationOptions())
+        self._collective_key_base = 0
+        self._cluster_resolver = cluster_resolver or _cluster_resolver_for(info)
+        self._num_workers = info.num_workers
+        self._is_chief = info.is_chief
+        self._id_in_cluster = info.rank
+        self._task_type = info.task_type
+        self._task_id = info.task_index
+        self._cluster_spec = tf.train.ClusterSpec(info.cluster_dict()) if info.cluster else None
+        self._local_or_standalone_client_mode = False
+        self._rpc_layer = info.rpc_layer
+
+        local_devices = _local_devices(devices)
+        self._worker_device = tfc.device_util.canonicalize("/device:CPU:0")
+        self._host_input_device = tfc.numpy_dataset.SingleDevice(self._worker_device)
+        if transport is None:
+            transport = self._connect(info, timeout_s)
+        if (transport.rank, transport.size) != (info.rank, info.num_workers):
+            raise ValueError(
+                f"The transport does not match the cluster: it is rank {transport.rank} of "
+                f"{transport.size}, the cluster says rank {info.rank} of {info.num_workers}.")
+        self._transport = transport
+        self._cross_device_ops = CrossWorkerOps(transport, host_device=self._worker_device)
+        self._host_cross_device_ops = self._cross_device_ops
+        self._collective_keys = tfc.cross_device_utils.CollectiveKeys(group_key_start=1)
+        tfc.mirrored_strategy.MirroredExtended._initialize_single_worker(self, local_devices)
+        self._num_devices_per_worker = len(local_devices)
+        self._local_device_type = tf.DeviceSpec.from_string(local_devices[0]).device_type or "CPU"
+        self._cfer_fn_cache = weakref.WeakKeyDictionary()
+        self.experimental_enable_get_next_as_optional = True
+        self._use_var_policy = False
+        tf.get_logger().info(
+            "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
+            info.rank, info.num_workers, info.task_type, info.task_index, local_devices)
+
+    @staticmethod
+    def _connect(info, timeout_s):
+        if info.num_workers == 1:
+            return _SingleProcessTransport()
+        if not info.worker_addresses:
+            raise ValueError(
+                f"MultiWorkerMirroredStrategy needs the address of every worker to connect them, "
+                f"but the cluster was resolved from {info.source.value}, which gives none. "
+                f"Set TF_CONFIG (e.g. with `tfx-dist-run -n N ...`) or pass a cluster_resolver.")
+        return CommTransport.connect(info.rank, info.num_workers, info.worker_addresses,
+                                     timeout_s=timeout_s)
+
+    # -- no TensorFlow collective runtime ----------------------------------------------------
+
+    def _use_merge_call(self):
+        return True
+
+    def _get_cross_device_ops(self, value):
+        return self._cross_device_ops
+
+    def _configure(self, session_config=None, cluster_spec=None, task_type=None, task_id=None):
+        if cluster_spec:
+            raise NotImplementedError(
+                "tfx_dist.MultiWorkerMirroredStrategy takes its cluster at construction; "
+                "it cannot be reconfigured (TF1 distribute coordinator).")
+
+    def _replica_ctx_all_reduce(self, reduce_op, value, options=None):
+        # Through merge_call: one batch of cross-process collectives for all replicas.
+        return tfc.distribute_lib.StrategyExtendedV2._replica_ctx_all_reduce(
+            self, reduce_op, value, options)
+
+    # -- variables start equal on every worker -------------------------------------------------
+
+    def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
+        if replica_id != 0:  # other local replicas copy the first one
+            return tfc.mirrored_strategy.MirroredExtended._get_variable_creator_initial_value(
+                self, replica_id=replica_id, device=device, primary_var=primary_var, **kwargs)
+
+        def initial_value_fn():
+            with tf.device(device):
+                initial_value = kwargs["initial_value"]
+                if callable(initial_value):
+                    initial_value = initial_value()
+                if isinstance(initial_value, tfc.trackable_base.CheckpointInitialValue):
+                    initial_value = initial_value.wrapped_value
+                initial_value = tf.convert_to_tensor(initial_value, dtype=kwargs.get("dtype"))
+                if self._num_workers == 1:
+                    return initial_value
+                (value,) = self._cross_device_ops.cross_broadcast([initial_value], root=0)
+                return value
+
+        return initial_value_fn
+
+    # -- reductions ----------------------------------------------------------------------------
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        def reduce_one(v):
+            if tfc.distribute_utils.is_mirrored(v):
+                if reduce_op == tf.distribute.ReduceOp.MEAN:
+                    return v
+                raise ValueError(f"Cannot {reduce_op} a Mirrored value across replicas: it holds "
+                                 f"one value, copied to every replica. Received: {v}")
+            if not isinstance(v, tf.distribute.DistributedValues) and self._num_workers == 1:
+                return tfc.cross_device_ops_lib.reduce_non_distributed_value(
+                    reduce_op, v, destinations, len(self.worker_devices))
+            # A plain tensor counts as this worker's one value.
+            return self._cross_device_ops.reduce(
+                reduce_op, v, destinations=destinations,
+                options=self._communication_options.merge(options))
+
+        return tf.nest.map_structure(reduce_one, value)
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        return self._cross_device_ops.batch_reduce(
+            reduce_op, value_destination_pairs,
+            options=self._communication_options.merge(options))
+
+    def _gather_to_implementation(self, value, destinations, axis, options):
+        return self._cross_device_ops._gather(  # pylint: disable=protected-access
+            value, destinations=destinations, axis=axis,
+            options=self._communication_options.merge(options))
+
+    # -- helpers for callbacks and checkpoints -------------------------------------------------
+
+    def barrier(self) -> None:
+        """Returns once every worker has called it (a tiny all-reduce)."""
+        if self._num_workers > 1:
+            out = self._cross_device_ops._cross_all_reduce([tf.zeros([1], tf.int32)])
+            out[0].numpy()
+
+    def __deepcopy__(self, memo):
+        raise ValueError("tfx_dist.MultiWorkerMirroredStrategy holds open connections to the "
+                         "other workers and cannot be deep-copied.")
+
+
+def _rank_of_leaf(value):
+    if isinstance(value, tf.distribute.DistributedValues):
+        value = value.values[0]
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return tf.convert_to_tensor(value).shape.rank
+    return tf.TensorShape(shape).rank
+
+
+class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """Data-parallel training over several worker processes, on tfx_dist's collectives.
+
+    A drop-in for `tf.distribute.MultiWorkerMirroredStrategy`: run the same
+    program on every worker with ``TF_CONFIG`` set (the launcher does it:
+    ``tfx-dist-run -n 2 python train.py``). Variables are created equal on every
+    worker (the chief's initial values are broadcast), gradients are summed
+    across all replicas of all workers each step, and datasets are sharded per
+    worker like TensorFlow's strategy does. TensorFlow's gRPC server is never
+    started: the addresses in ``TF_CONFIG`` are used by tfx_dist's transport.
+
+    Example:
+    ```python
+    strategy = tfx_dist.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+        model.compile("adam", "sparse_categorical_crossentropy")
+    model.fit(x, y, batch_size=64 * strategy.num_replicas_in_sync)
+    ```
+
+    Args:
+      cluster_resolver: optional `tf.distribute.cluster_resolver.ClusterResolver`;
+        by default the job is read from ``TF_CONFIG`` (see `tfx_dist.cluster.resolve`).
+      communication_options: accepted for compatibility; tfx_dist's transport
+        takes no per-call options.
+      devices: the local devices of this worker (default: every GPU, else the
+        CPU). Every worker must have the same number.
+      transport: the cross-process collectives (see `tfx_dist.cross_worker_ops`);
+        by default a `tfx_dist.comm.Communicator` over the workers' addresses.
+      timeout_s: how long a collective may wait for the other workers before
+        failing (default: the transport's default).
+
+    Raises:
+      ValueError: this task is a ``ps`` or ``evaluator`` task, or the job has no
+        worker addresses to connect to.
+    """
+
+    def __init__(self, cluster_resolver=None, communication_options=None, *, devices=None,
+                 transport=None, timeout_s=None):
+        # Not CollectiveAllReduceStrategy.__init__: it builds TensorFlow's extended.
+        tfc.distribute_lib.Strategy.__init__(self, MultiWorkerMirroredExtended(
+            self, cluster_resolver=cluster_resolver,
+            communication_options=communication_options, devices=devices,
+            transport=transport, timeout_s=timeout_s))
+
+    def reduce(self, reduce_op, value, axis):
+        """`tf.distribute.Strategy.reduce`, also for nests and scalars.
+
+        ``value`` may be a nested structure (each leaf is reduced), and a scalar
+        leaf is reduced across replicas whatever ``axis`` says (it has no axis
+        to reduce). Keras 3 relies on both.
+        """
+        leaves = tf.nest.flatten(value)
+        if len(leaves) == 1 and leaves[0] is value:
+            if axis is not None and _rank_of_leaf(value) == 0:
+                axis = None
+            return super().reduce(reduce_op, value, axis)
+        return tf.nest.map_structure(lambda v: self.reduce(reduce_op, v, axis), value)
+
+    @property
+    def cluster_info(self) -> cluster_lib.ClusterInfo:
+        """Where this worker sits in the job (rank, number of workers, chief or not)."""
+        return self.extended._cluster_info
+
+    def barrier(self) -> None:
+        """Returns once every worker has called it."""
+        self.extended.barrier()
+
+
+# -- checkpoints: the chief writes, the others write to temporary folders -------------------
+
+def _strategy_or_current(strategy):
+    return strategy if strategy is not None else tf.distribute.get_strategy()
+
+
+def _is_multi_worker(strategy) -> bool:
+    extended = strategy.extended
+    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+def write_dirpath(dirpath: str, strategy=None) -> str:
+    """The folder this worker should write ``dirpath``'s checkpoint to.
+
+    The chief (and a single worker) writes to ``dirpath`` itself; every other
+    worker to ``dirpath/workertemp_<task id>``, TensorFlow's convention, so
+    that it never clobbers the chief's files. Remove it afterwards with
+    `remove_temp_dirpath`.
+
+    Example:
+    ```python
+    path = tfx_dist.multi_worker_mirrored_strategy.write_dirpath("/ckpt", strategy)
+    manager = tf.train.CheckpointManager(checkpoint, path, max_to_keep=1)
+    manager.save()                                   # on every worker
+    remove_temp_dirpath("/ckpt", strategy)
+    ```
+    """
+    strategy = _strategy_or_current(strategy)
+    if not _is_multi_worker(strategy) or strategy.extended.should_checkpoint:
+        return dirpath
+    return os.path.join(dirpath, f"workertemp_{strategy.cluster_resolver.task_id}")
+
+
+def write_filepath(filepath: str, strategy=None) -> str:
+    """`write_dirpath` for a file path: the chief keeps it, the others write elsewhere."""
+    dirpath, base = os.path.split(filepath)
+    return os.path.join(write_dirpath(dirpath, strategy), base)
+
+
+def remove_temp_dirpath(dirpath: str, strategy=None) -> None:
+    """Deletes this worker's temporary folder made by `write_dirpath` (no-op on the chief)."""
+    strategy = _strategy_or_current(strategy)
+    path = write_dirpath(dirpath, strategy)
+    if path != dirpath:
+        tf.io.gfile.rmtree(path) if tf.io.gfile.exists(path) else None
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` for several workers.
+
+    Keras 3's callback knows nothing of workers: each would write the same
+    files in ``backup_dir`` at the same time and each would delete the folder
+    at the end. Here every worker saves (saving may read values that need a
+    collective), but only the chief writes to ``backup_dir``; the others write
+    to a temporary folder (see `write_dirpath`) and delete it. Every worker
+    restores from ``backup_dir``, which must be on storage every worker
+    reads. Only the chief deletes it at the end, after all workers are done.
+
+    Example:
+    ```python
+    backup = tfx_dist.multi_worker_mirrored_strategy.BackupAndRestore("/shared/backup")
+    model.fit(x, y, epochs=10, callbacks=[backup])  # rerun the job to resume
+    ```
+
+    Args: as `keras.callbacks.BackupAndRestore`.
+    """
+
+    def _strategy(self):
+        return self.model.distribute_strategy
+
+    def _save_model(self):
+        strategy = self._strategy()
+        target = write_dirpath(self.backup_dir, strategy)
+        if target == self.backup_dir:
+            return super()._save_model()
+        real = (self.backup_dir, self._weights_path, self._training_metadata_path,
+                self._prev_weights_path, self._prev_training_metadata_path)
+        try:
+            self.backup_dir = target
+            self._weights_path = os.path.join(target, os.path.basename(real[1]))
+            self._training_metadata_path = os.path.join(target, os.path.basename(real[2]))
+            self._prev_weights_path = self._weights_path + ".bkp"
+            self._prev_training_metadata_path = self._training_metadata_path + ".bkp"
+            super()._save_model()
+        finally:
+            (self.backup_dir, self._weights_path, self._training_metadata_path,
+             self._prev_weights_path, self._prev_training_metadata_path) = real
+            if os.path.exists(target):
+                shutil.rmtree(target, ignore_errors=True)
+
+    def on_train_end(self, logs=None):
+        strategy = self._strategy()
+        if _is_multi_worker(strategy):
+            strategy.extended.barrier()  # nobody still writes when the chief deletes
+            if not strategy.extended.should_checkpoint:
+                return
+        super().on_train_end(logs)
