@@ -1,0 +1,270 @@
+"""Tests of tfx-dist-run (tfx_dist/run.py) with real worker processes.
+
+The launcher runs as ``python tfx_dist/run.py``: the module uses the standard
+library only, so this skips importing the tfx_dist package (which loads
+TensorFlow). One test runs the real ``python -m tfx_dist.run`` entry point.
+The worker scripts import no TensorFlow, to stay fast.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tfx_dist import cluster
+from tfx_dist import run as launcher
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_PY = os.path.join(ROOT, "tfx_dist", "run.py")
+BAR = "━"
+
+
+def script(tmp_path, body, name="worker.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent("""\
+        import json, os, signal, sys, time
+        RANK = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        """) + textwrap.dedent(body))
+    return str(path)
+
+
+def launch(*args, timeout=60, env=None):
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, RUN_PY, *args], capture_output=True, text=True,
+                            timeout=timeout, env=env)
+    return result, time.monotonic() - start
+
+
+def lines_of(text, rank):
+    prefix = f"[{rank}] "
+    return [line[len(prefix):] for line in text.splitlines() if line.startswith(prefix)]
+
+
+def assert_dead(pid):
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+REPORT = """
+    print(json.dumps({"tf_config": os.environ["TF_CONFIG"], "secret": os.environ.get("TFX_JOB_SECRET"),
+                      "passed": os.environ.get("TFX_TEST_PASSED"), "pid": os.getpid()}))
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_each_worker_gets_its_tf_config_and_the_shared_secret(tmp_path, n):
+    env = dict(os.environ, TFX_TEST_PASSED="through")
+    result, _ = launch("-n", str(n), sys.executable, script(tmp_path, REPORT), env=env)
+    assert result.returncode == 0, result.stderr
+    reports = [json.loads(lines_of(result.stdout, rank)[0]) for rank in range(n)]
+    infos = [cluster.parse_tf_config(r["tf_config"]) for r in reports]
+    assert [info.rank for info in infos] == list(range(n))
+    assert [info.is_chief for info in infos] == [True] + [False] * (n - 1)
+    addresses = infos[0].worker_addresses
+    assert len(addresses) == n and all(info.worker_addresses == addresses for info in infos)
+    assert all(a.startswith("127.0.0.1:") for a in addresses)
+    assert len({a.split(":")[1] for a in addresses}) == n  # unique ports
+    secrets_seen = {r["secret"] for r in reports}
+    assert len(secrets_seen) == 1 and re.fullmatch(r"[0-9a-f]{64}", secrets_seen.pop())
+    assert all(r["passed"] == "through" for r in reports)  # the environment passes through
+
+
+def test_each_job_gets_a_fresh_secret(tmp_path):
+    worker = script(tmp_path, REPORT)
+    secrets_seen = [json.loads(lines_of(launch("-n", "1", sys.executable, worker)[0].stdout, 0)[0])
+                    ["secret"] for _ in range(2)]
+    assert secrets_seen[0] != secrets_seen[1]
+
+
+def test_port_base_and_host(tmp_path):
+    port = launcher.pick_ports("127.0.0.1", 2)[0]
+    result, _ = launch("-n", "2", "--port-base", str(port), "--host", "127.0.0.1",
+                       sys.executable, script(tmp_path, REPORT))
+    assert result.returncode == 0, result.stderr
+    info = cluster.parse_tf_config(json.loads(lines_of(result.stdout, 1)[0])["tf_config"])
+    assert info.worker_addresses == (f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}")
+
+
+def test_port_base_in_use_is_refused(tmp_path):
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result, _ = launch("-n", "2", "--port-base", str(port), sys.executable,
+                           script(tmp_path, REPORT))
+    assert result.returncode == 2
+    assert f"port(s) [{port}] on 127.0.0.1 are in use" in result.stderr
+    assert result.stdout == ""
+
+
+def test_pick_ports_are_free_distinct_and_below_the_ephemeral_range():
+    ports = launcher.pick_ports("127.0.0.1", 8)
+    assert len(set(ports)) == 8
+    low = launcher._ephemeral_range()[0]
+    assert all(p < low for p in ports)
+    assert all(launcher._port_is_free("127.0.0.1", p) for p in ports)
+
+
+def test_every_line_is_prefixed_with_its_rank(tmp_path):
+    worker = script(tmp_path, """
+        print(f"out a {RANK}")
+        print(f"err a {RANK}", file=sys.stderr)
+        sys.stdout.write(f"part one {RANK} "); sys.stdout.flush(); time.sleep(0.05)
+        print(f"part two {RANK}")
+        print(f"multi\\nline {RANK}")
+    """)
+    result, _ = launch("-n", "2", sys.executable, worker)
+    assert result.returncode == 0, result.stderr
+    for rank in range(2):
+        out = lines_of(result.stdout, rank)
+        assert f"out a {rank}" in out and f"line {rank}" in out and "multi" in out
+        # a line written in two pieces arrives whole unless another rank wrote in between
+        assert f"part one {rank} part two {rank}" in out or (
+            f"part one {rank} " in out and f"part two {rank}" in out)
+        assert lines_of(result.stderr, rank) == [f"err a {rank}"]
+    assert all(re.match(r"\[[01]\] ", line) for line in result.stdout.splitlines())
+
+
+KERAS_LIKE = """
+    # What Keras 3's progress bar writes: "\\b" * previous width + "\\r" + the new bar.
+    previous = 0
+    print("Epoch 1/1")
+    for step in (1, 2, 3):
+        bar = f"{step}/3 " + "━" * (step * 4) + " 0s 5ms/step - loss: 0.5"
+        sys.stdout.write("\\b" * previous + "\\r" + bar)
+        sys.stdout.flush()
+        previous = len(bar)
+        time.sleep(0.02)
+    sys.stdout.write("\\n")
+    print(f"done {RANK}")
+"""
+
+
+def test_progress_bars_are_shown_for_rank_0_only(tmp_path):
+    result, _ = launch("-n", "2", sys.executable, script(tmp_path, KERAS_LIKE))
+    assert result.returncode == 0, result.stderr
+    rank0 = lines_of(result.stdout, 0)
+    rank1 = lines_of(result.stdout, 1)
+    assert any(BAR in line for line in rank0)
+    assert "3/3" in result.stdout
+    assert rank1 == ["Epoch 1/1", "done 1"]  # no bar, no stray control characters
+    assert not any(BAR in line for line in result.stdout.splitlines() if line.startswith("[1]"))
+
+
+def test_all_progress_shows_every_rank(tmp_path):
+    result, _ = launch("-n", "2", "--all-progress", sys.executable, script(tmp_path, KERAS_LIKE))
+    assert any(BAR in line for line in lines_of(result.stdout, 1))
+
+
+def test_a_failing_worker_stops_the_others(tmp_path):
+    worker = script(tmp_path, """
+        print(f"pid {os.getpid()}", flush=True)
+        if RANK == 1:
+            time.sleep(0.3)
+            print("Traceback: something broke in rank 1", file=sys.stderr)
+            print("ValueError: bad batch", file=sys.stderr)
+            sys.exit(3)
+        time.sleep(60)
+    """)
+    result, elapsed = launch("-n", "3", sys.executable, worker)
+    assert result.returncode == 3
+    assert elapsed < 15
+    assert "tfx-dist-run: rank 1 failed with exit code 3; stopped the other 2 worker(s)" in result.stderr
+    summary = result.stderr.split("rank 1 failed", 1)[1]
+    assert "last 2 stderr line(s) of rank 1" in summary
+    assert "    ValueError: bad batch" in summary
+    for rank in range(3):
+        assert_dead(int(lines_of(result.stdout, rank)[0].split()[1]))
+
+
+def test_workers_ignoring_sigterm_are_killed_after_the_grace_period(tmp_path):
+    worker = script(tmp_path, """
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(f"pid {os.getpid()}", flush=True)
+        if RANK == 0:
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    """)
+    result, elapsed = launch("-n", "2", "--grace-period", "0.5", sys.executable, worker)
+    assert result.returncode == 128 + signal.SIGKILL
+    assert "rank 0 was killed by SIGKILL" in result.stderr
+    assert elapsed < 15
+    assert_dead(int(lines_of(result.stdout, 1)[0].split()[1]))
+
+
+def test_timeout_stops_all_workers(tmp_path):
+    worker = script(tmp_path, """
+        print(f"pid {os.getpid()}", flush=True)
+        time.sleep(60)
+    """)
+    result, elapsed = launch("-n", "2", "--timeout", "1", sys.executable, worker)
+    assert result.returncode == launcher.EXIT_TIMEOUT
+    assert "timed out after 1 s" in result.stderr
+    assert 1 <= elapsed < 15
+    for rank in range(2):
+        assert_dead(int(lines_of(result.stdout, rank)[0].split()[1]))
+
+
+def test_ctrl_c_stops_all_workers(tmp_path):
+    worker = script(tmp_path, """
+        print(f"pid {os.getpid()}", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, RUN_PY, "-n", "2", sys.executable, worker],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        while len(pids) < 2:
+            line = proc.stdout.readline()
+            assert line, "launcher ended early: " + proc.stderr.read()
+            pids.append(int(line.split()[-1]))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT
+    assert "received SIGINT; stopped all 2 worker(s)" in err
+    for pid in pids:
+        assert_dead(pid)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-n", "2"], "missing the command"),
+    (["-n", "0", "true"], "at least 1"),
+    (["-n", "2", "--timeout", "0", "true"], "--timeout must be positive"),
+    (["true"], "required: -n/--num-workers"),
+])
+def test_bad_arguments(args, message):
+    result, _ = launch(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_missing_program_is_reported():
+    result, _ = launch("-n", "2", "/nonexistent/program")
+    assert result.returncode == 2
+    assert "could not start '/nonexistent/program'" in result.stderr
+
+
+def test_double_dash_and_worker_arguments_pass_through(tmp_path):
+    worker = script(tmp_path, "print(sys.argv[1:])")
+    result, _ = launch("-n", "1", "--", sys.executable, worker, "--timeout", "7", "-n")
+    assert lines_of(result.stdout, 0) == ["['--timeout', '7', '-n']"]
+
+
+def test_module_entry_point(tmp_path):
+    # The real `python -m tfx_dist.run` (what the tfx-dist-run console script runs).
+    result = subprocess.run([sys.executable, "-m", "tfx_dist.run", "-n", "2", sys.executable, "-c",
+                             "print('hello')"], capture_output=True, text=True, timeout=120,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[0] hello", "[1] hello"]
