@@ -39,6 +39,9 @@ SETTINGS = {
         Setting("TFX_REDUCE_THREADS", 0, int,
                 "Threads that reduce buckets on the CPU; 0 uses TensorFlow's "
                 "intra-op thread pool."),
+        Setting("TFX_JOB_SECRET", "", str,
+                "Secret shared by the processes of one job (tfx-dist-run sets a fresh "
+                "`secrets.token_hex(32)` per job); empty when no launcher set one."),
     )
 }
 
