@@ -56,6 +56,20 @@ LIBRARIES = (
         source_globs=("custom_ops/fused_reduce/cc/**/*.cc",),
         cuda_globs=("custom_ops/fused_reduce/cc/**/*.cu.cc",),
     ),
+    # Cross-process collective runtime (pure C++, no TensorFlow): transports,
+    # ring collectives, fusion/negotiation, C API for ctypes and the kernels.
+    Library(
+        name="libtfx_comm",
+        source_globs=("custom_ops/comm/core/**/*.cc",),
+        tensorflow=False,
+        link_flags=("-Wl,-soname,libtfx_comm.so", "-lrt"),
+    ),
+    # TensorFlow ops over libtfx_comm (TfxAllReduce, TfxAllGather, TfxBroadcast).
+    Library(
+        name="_comm_ops",
+        source_globs=("custom_ops/comm/cc/**/*.cc",),
+        deps=("libtfx_comm",),
+    ),
 )
 
 

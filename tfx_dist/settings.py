@@ -42,6 +42,24 @@ SETTINGS = {
         Setting("TFX_JOB_SECRET", "", str,
                 "Secret shared by the processes of one job (tfx-dist-run sets a fresh "
                 "`secrets.token_hex(32)` per job); empty when no launcher set one."),
+        # Cross-process collective runtime (tfx_dist.comm).
+        Setting("TFX_TIMEOUT_S", 300.0, float,
+                "Seconds any wait of the collective runtime (rendezvous, negotiation, "
+                "one collective) may take before failing with an error naming the peer."),
+        Setting("TFX_FUSION_THRESHOLD_BYTES", 64 << 20, int,
+                "Cross-process tensor fusion: all-reduce requests ready in the same "
+                "negotiation cycle are packed into buckets of at most this many bytes."),
+        Setting("TFX_CYCLE_TIME_MS", 0.0, float,
+                "Minimum time between two negotiation cycles of the cross-process "
+                "runtime; larger values fuse more requests at the cost of latency."),
+        Setting("TFX_COMPRESSION", "none", str,
+                "Wire compression for float32 cross-process all-reduce: none, float16 "
+                "or bfloat16."),
+        Setting("TFX_SHM", True, _bool,
+                "Use shared memory between processes on the same host (else TCP)."),
+        Setting("TFX_CHUNK_BYTES", 128 << 10, int,
+                "Pipelining granularity of the ring collectives: a received chunk is "
+                "forwarded as soon as it has been reduced."),
     )
 }
 

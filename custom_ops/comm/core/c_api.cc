@@ -1,0 +1,214 @@
+#include "custom_ops/comm/core/c_api.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "custom_ops/comm/core/communicator.h"
+
+using tfx::comm::Code;
+using tfx::comm::Communicator;
+using tfx::comm::Status;
+
+namespace {
+
+std::mutex g_mu;
+std::map<int64_t, std::shared_ptr<Communicator>> g_comms;
+int64_t g_next_id = 1;
+
+std::shared_ptr<Communicator> Find(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_comms.find(id);
+  return it == g_comms.end() ? nullptr : it->second;
+}
+
+void CopyError(const std::string& msg, char* err, int32_t len) {
+  if (err == nullptr || len <= 0) return;
+  std::strncpy(err, msg.c_str(), static_cast<size_t>(len) - 1);
+  err[len - 1] = '\0';
+}
+
+Status ToEntry(const tfx_entry& in, int size, tfx::comm::Entry* out) {
+  using namespace tfx::comm;
+  if (in.name == nullptr || in.name[0] == '\0') return Status(Code::kInvalidArgument, "a collective needs a name");
+  if (in.op < 1 || in.op > 3) return Status(Code::kInvalidArgument, "unknown collective op code");
+  if (!ValidDataType(in.dtype)) return Status(Code::kInvalidArgument, "unsupported dtype code");
+  if (in.reduction < 0 || in.reduction > 3 || in.compression < 0 || in.compression > 2)
+    return Status(Code::kInvalidArgument, "unknown reduction or compression code");
+  if (in.ndims < 0 || in.ndims > 64) return Status(Code::kInvalidArgument, "bad rank");
+  out->meta.key = in.name;
+  out->meta.op = static_cast<OpType>(in.op);
+  out->meta.dtype = static_cast<DataType>(in.dtype);
+  out->meta.reduction = static_cast<ReduceOp>(in.reduction);
+  out->meta.compression = static_cast<Compression>(in.compression);
+  out->meta.root = in.root;
+  out->meta.shape.assign(in.dims, in.dims + in.ndims);
+  for (int64_t d : out->meta.shape)
+    if (d < 0) return Status(Code::kInvalidArgument, "negative dimension");
+  if (out->meta.op == OpType::kAllreduce && out->meta.dtype == DataType::kUInt8)
+    return Status(Code::kInvalidArgument, "all-reduce does not support uint8");
+  out->input = in.input;
+  out->output = in.output;
+  tfx_alloc_fn alloc = in.alloc;
+  void* alloc_arg = in.alloc_arg;
+  out->allocate = [alloc, alloc_arg](int64_t dim0) { return alloc(alloc_arg, dim0); };
+  tfx_done_fn done = in.done;
+  void* done_arg = in.done_arg;
+  out->done = [done, done_arg](const Status& s) {
+    done(done_arg, static_cast<int32_t>(s.code()), s.message().c_str());
+  };
+  return Status::Ok();
+}
+
+// Synchronous waiting for tfx_comm_run.
+struct Waiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  int remaining = 0;
+  int32_t code = 0;
+  std::string message;
+  void* gathered = nullptr;
+  int64_t gathered_dim0 = 0;
+  size_t row_bytes = 0;
+};
+
+void WaiterDone(void* arg, int32_t code, const char* message) {
+  Waiter* w = static_cast<Waiter*>(arg);
+  std::lock_guard<std::mutex> lock(w->mu);
+  if (code != 0 && w->code == 0) {
+    w->code = code;
+    w->message = message;
+  }
+  if (--w->remaining == 0) w->cv.notify_all();
+}
+
+void* WaiterAlloc(void* arg, int64_t dim0) {
+  Waiter* w = static_cast<Waiter*>(arg);
+  w->gathered_dim0 = dim0;
+  w->gathered = std::malloc(std::max<size_t>(1, static_cast<size_t>(dim0) * w->row_bytes));
+  return w->gathered;
+}
+
+}  // namespace
+
+extern "C" {
+
+int64_t tfx_comm_create(int32_t rank, int32_t size, const int32_t* data_fds, const int32_t* ctrl_fds,
+                        const int32_t* same_host, const tfx_comm_options* options, char* err,
+                        int32_t err_len) {
+  std::vector<int> data(data_fds, data_fds + size);
+  std::vector<int> ctrl(ctrl_fds, ctrl_fds + size);
+  std::vector<bool> same(size);
+  for (int i = 0; i < size; ++i) same[i] = same_host[i] != 0;
+  if (size < 1 || rank < 0 || rank >= size) {
+    CopyError("tfx_dist: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(size) + ")", err, err_len);
+    for (int fd : data) if (fd >= 0) close(fd);
+    for (int fd : ctrl) if (fd >= 0) close(fd);
+    return 0;
+  }
+  tfx::comm::CommunicatorOptions opts;
+  if (options != nullptr) {
+    if (options->timeout_s > 0) opts.timeout_s = options->timeout_s;
+    if (options->bucket_bytes > 0) opts.bucket_bytes = static_cast<size_t>(options->bucket_bytes);
+    if (options->cycle_time_ms >= 0) opts.cycle_time_ms = options->cycle_time_ms;
+    opts.use_shm = options->use_shm != 0;
+    if (options->chunk_bytes > 0) opts.chunk_bytes = static_cast<size_t>(options->chunk_bytes);
+  }
+  std::unique_ptr<Communicator> comm;
+  Status st = Communicator::Create(rank, size, data, ctrl, same, opts, &comm);
+  if (!st.ok()) {
+    CopyError(st.message(), err, err_len);
+    return 0;
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  const int64_t id = g_next_id++;
+  g_comms[id] = std::shared_ptr<Communicator>(comm.release());
+  return id;
+}
+
+int32_t tfx_comm_destroy(int64_t id) {
+  std::shared_ptr<Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_comms.find(id);
+    if (it == g_comms.end()) return static_cast<int32_t>(Code::kInvalidArgument);
+    comm = it->second;
+    g_comms.erase(it);
+  }
+  comm->Close();
+  return 0;
+}
+
+int32_t tfx_comm_transport(int64_t id, int32_t peer, char* out, int32_t out_len) {
+  auto comm = Find(id);
+  if (!comm) return static_cast<int32_t>(Code::kInvalidArgument);
+  CopyError(comm->transport(peer), out, out_len);
+  return 0;
+}
+
+int32_t tfx_comm_rank(int64_t id) {
+  auto comm = Find(id);
+  return comm ? comm->rank() : -1;
+}
+
+int32_t tfx_comm_size(int64_t id) {
+  auto comm = Find(id);
+  return comm ? comm->size() : -1;
+}
+
+int32_t tfx_comm_submit(int64_t id, const tfx_entry* entries, int32_t n, char* err, int32_t err_len) {
+  auto comm = Find(id);
+  if (!comm) {
+    CopyError("tfx_dist: no communicator with id " + std::to_string(id) +
+                  " in this process (was it closed, or created in another process?)", err, err_len);
+    return static_cast<int32_t>(Code::kInvalidArgument);
+  }
+  std::vector<tfx::comm::Entry> converted(n);
+  for (int i = 0; i < n; ++i) {
+    Status st = ToEntry(entries[i], comm->size(), &converted[i]);
+    if (!st.ok()) {
+      CopyError("tfx_dist rank " + std::to_string(comm->rank()) + ": collective '" +
+                    (entries[i].name ? entries[i].name : "") + "': " + st.message(), err, err_len);
+      return static_cast<int32_t>(st.code());
+    }
+  }
+  comm->Submit(std::move(converted));
+  return 0;
+}
+
+int32_t tfx_comm_run(int64_t id, const tfx_entry* entries, int32_t n, void** gathered,
+                     int64_t* gathered_dim0, char* err, int32_t err_len) {
+  Waiter w;
+  w.remaining = n;
+  std::vector<tfx_entry> mine(entries, entries + n);
+  for (auto& e : mine) {
+    e.done = &WaiterDone;
+    e.done_arg = &w;
+    if (e.op == 2 && e.alloc == nullptr) {
+      e.alloc = &WaiterAlloc;
+      e.alloc_arg = &w;
+      size_t row = tfx::comm::ElementSize(static_cast<tfx::comm::DataType>(e.dtype));
+      for (int d = 1; d < e.ndims; ++d) row *= static_cast<size_t>(e.dims[d]);
+      w.row_bytes = row;
+    }
+  }
+  if (n == 0) return 0;
+  int32_t rc = tfx_comm_submit(id, mine.data(), n, err, err_len);
+  if (rc != 0) return rc;
+  std::unique_lock<std::mutex> lock(w.mu);
+  w.cv.wait(lock, [&] { return w.remaining == 0; });
+  if (gathered != nullptr) *gathered = w.gathered;
+  else std::free(w.gathered);
+  if (gathered_dim0 != nullptr) *gathered_dim0 = w.gathered_dim0;
+  if (w.code != 0) CopyError(w.message, err, err_len);
+  return w.code;
+}
+
+void tfx_comm_free(void* p) { std::free(p); }
+
+}  // extern "C"

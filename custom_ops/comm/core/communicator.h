@@ -1,0 +1,59 @@
+// One communicator per process: the pairs to every peer, the control
+// connections of the negotiation, and the runtime thread that executes
+// collectives. Built from sockets the Python rendezvous has already
+// connected and authenticated (tfx_dist/comm/rendezvous.py).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "custom_ops/comm/core/collectives/collectives.h"
+#include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/transport/pair.h"
+
+namespace tfx::comm {
+
+struct CommunicatorOptions {
+  double timeout_s = 300.0;
+  size_t bucket_bytes = 64 << 20;
+  double cycle_time_ms = 0.0;
+  Compression compression = Compression::kNone;  // default for requests that say "none"
+  bool use_shm = true;
+  size_t chunk_bytes = 128 << 10;
+};
+
+class Communicator {
+ public:
+  // data_fds[r]: connection to rank r (-1 for this rank); ctrl_fds: see
+  // Runtime. same_host[r]: rank r runs on this host (shared memory allowed).
+  // Takes ownership of every fd, also on failure.
+  static Status Create(int rank, int size, const std::vector<int>& data_fds,
+                       const std::vector<int>& ctrl_fds, const std::vector<bool>& same_host,
+                       const CommunicatorOptions& options, std::unique_ptr<Communicator>* out);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const CommunicatorOptions& options() const { return options_; }
+  std::string transport(int peer) const;  // "tcp", "shm" or "self"
+
+  void Submit(std::vector<Entry> entries) { runtime_->Submit(std::move(entries)); }
+  void Close();
+
+ private:
+  Communicator(int rank, int size, const CommunicatorOptions& options);
+  Status Execute(const Response& resp, std::vector<Entry*>& entries);
+  Status ExecuteAllreduce(const std::string& what, std::vector<Entry*>& entries);
+  CollectiveContext Context(const std::string& what, const Deadline* deadline) const;
+
+  const int rank_;
+  const int size_;
+  const CommunicatorOptions options_;
+  std::vector<std::unique_ptr<Pair>> pairs_;
+  std::unique_ptr<Runtime> runtime_;
+  std::vector<char> fusion_buffer_;  // used by the runtime thread only
+};
+
+}  // namespace tfx::comm

@@ -1,0 +1,44 @@
+// Framed messages over one control connection (TCP, authenticated by the
+// rendezvous). Frame: magic u32 "TFC1", payload length u32, type u8, payload.
+// A frame with another magic, an unknown type or an absurd length is a
+// protocol error (garbage on the socket), never silently skipped.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "custom_ops/comm/core/deadline.h"
+#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/status.h"
+
+namespace tfx::comm {
+
+struct Frame {
+  MessageType type;
+  std::string payload;
+};
+
+class ControlChannel {
+ public:
+  ControlChannel(int rank, int peer, int fd);  // takes ownership of fd
+  ~ControlChannel();
+
+  int fd() const { return fd_; }
+  int peer() const { return peer_; }
+  // Thread-safe; blocks (bounded by deadline) until the frame is written.
+  Status Send(MessageType type, const std::string& payload, const Deadline& deadline);
+  // Reads what is available without blocking and appends complete frames.
+  // kConnectionClosed at EOF.
+  Status ReadAvailable(std::vector<Frame>* frames);
+  void Shutdown();
+
+ private:
+  const int rank_;
+  const int peer_;
+  int fd_;
+  std::mutex send_mu_;
+  std::string inbox_;
+};
+
+}  // namespace tfx::comm

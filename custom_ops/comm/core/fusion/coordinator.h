@@ -1,0 +1,51 @@
+// Rank 0's table of requests: which keys are ready on which ranks, whether
+// the ranks agree on them, and how ready all-reduces are fused into buckets.
+// Pure bookkeeping, no I/O (see messages.h for the protocol).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "custom_ops/comm/core/deadline.h"
+#include "custom_ops/comm/core/fusion/messages.h"
+
+namespace tfx::comm {
+
+class Coordinator {
+ public:
+  Coordinator(int size, size_t bucket_bytes, double timeout_s)
+      : size_(size), bucket_bytes_(bucket_bytes), timeout_s_(timeout_s) {}
+
+  // Rank `rank` is ready with `meta`.
+  void Add(int rank, const EntryMeta& meta, Clock::time_point now);
+  bool HasReady() const { return !ready_.empty(); }
+  // Responses for every key ready on all ranks, in completion order, with
+  // all-reduces fused into buckets of at most bucket_bytes (a larger tensor
+  // gets a bucket of its own).
+  std::vector<Response> TakeResponses();
+  // Errors for keys that some rank has not submitted within the timeout.
+  std::vector<Response> TakeTimedOut(Clock::time_point now);
+  // When the oldest incomplete key times out (time_point::max() if none).
+  Clock::time_point NextDeadline() const;
+
+ private:
+  struct Pending {
+    std::vector<EntryMeta> metas;  // by rank
+    std::vector<bool> have;
+    int count = 0;
+    Clock::time_point first_seen;
+  };
+  // An ERROR response if the ranks disagree on `p`, else an empty string.
+  std::string Disagreement(const std::string& key, const Pending& p) const;
+
+  const int size_;
+  const size_t bucket_bytes_;
+  const double timeout_s_;
+  std::map<std::string, Pending> pending_;
+  std::deque<std::pair<EntryMeta, Response>> ready_;  // rank 0's meta; single-key response
+};
+
+}  // namespace tfx::comm

@@ -1,0 +1,167 @@
+#include "custom_ops/comm/core/fusion/messages.h"
+
+#include <cstring>
+
+namespace tfx::comm {
+namespace {
+
+class Writer {
+ public:
+  template <typename T> void Put(T v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(T)); }
+  void PutString(const std::string& s) { Put<uint32_t>(static_cast<uint32_t>(s.size())); out_ += s; }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <typename T> bool Get(T* v) {
+    if (pos_ + sizeof(T) > in_.size()) return false;
+    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool GetString(std::string* s) {
+    uint32_t n;
+    if (!Get(&n) || pos_ + n > in_.size()) return false;
+    s->assign(in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+Status Malformed(const char* what) {
+  return Status(Code::kProtocol, std::string("malformed ") + what + " message on the control connection");
+}
+
+}  // namespace
+
+const char* OpTypeName(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "allreduce";
+    case OpType::kAllgather: return "allgather";
+    case OpType::kBroadcast: return "broadcast";
+  }
+  return "unknown";
+}
+
+int64_t EntryMeta::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+size_t EntryMeta::bytes() const { return static_cast<size_t>(num_elements()) * ElementSize(dtype); }
+
+std::string EntryMeta::Describe() const {
+  std::string s = std::string(OpTypeName(op)) + " " + DataTypeName(dtype) + "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  s += "]";
+  if (op == OpType::kAllreduce) {
+    s += std::string(" ") + ReduceOpName(reduction);
+    if (compression != Compression::kNone) s += std::string(" compression=") + CompressionName(compression);
+  }
+  if (op == OpType::kBroadcast) s += " root=" + std::to_string(root);
+  return s;
+}
+
+std::string EncodeReady(const std::vector<EntryMeta>& metas) {
+  Writer w;
+  w.Put<uint32_t>(static_cast<uint32_t>(metas.size()));
+  for (const EntryMeta& m : metas) {
+    w.PutString(m.key);
+    w.Put<uint8_t>(static_cast<uint8_t>(m.op));
+    w.Put<int32_t>(static_cast<int32_t>(m.dtype));
+    w.Put<int32_t>(static_cast<int32_t>(m.reduction));
+    w.Put<int32_t>(static_cast<int32_t>(m.compression));
+    w.Put<int32_t>(m.root);
+    w.Put<uint32_t>(static_cast<uint32_t>(m.shape.size()));
+    for (int64_t d : m.shape) w.Put<int64_t>(d);
+  }
+  return w.Take();
+}
+
+Status DecodeReady(const std::string& payload, std::vector<EntryMeta>* metas) {
+  Reader r(payload);
+  uint32_t n;
+  if (!r.Get(&n)) return Malformed("READY");
+  for (uint32_t i = 0; i < n; ++i) {
+    EntryMeta m;
+    uint8_t op;
+    int32_t dtype, red, comp;
+    uint32_t ndims;
+    if (!r.GetString(&m.key) || !r.Get(&op) || !r.Get(&dtype) || !r.Get(&red) || !r.Get(&comp) ||
+        !r.Get(&m.root) || !r.Get(&ndims) || ndims > 64 || op < 1 || op > 3 || !ValidDataType(dtype) ||
+        red < 0 || red > 3 || comp < 0 || comp > 2)
+      return Malformed("READY");
+    m.op = static_cast<OpType>(op);
+    m.dtype = static_cast<DataType>(dtype);
+    m.reduction = static_cast<ReduceOp>(red);
+    m.compression = static_cast<Compression>(comp);
+    m.shape.resize(ndims);
+    for (auto& d : m.shape)
+      if (!r.Get(&d)) return Malformed("READY");
+    metas->push_back(std::move(m));
+  }
+  return r.done() ? Status::Ok() : Malformed("READY");
+}
+
+std::string EncodeExecute(const std::vector<Response>& responses) {
+  Writer w;
+  w.Put<uint32_t>(static_cast<uint32_t>(responses.size()));
+  for (const Response& resp : responses) {
+    w.Put<uint8_t>(static_cast<uint8_t>(resp.kind));
+    w.Put<uint32_t>(static_cast<uint32_t>(resp.keys.size()));
+    for (const auto& k : resp.keys) w.PutString(k);
+    w.PutString(resp.error);
+    w.Put<uint32_t>(static_cast<uint32_t>(resp.dim0s.size()));
+    for (int64_t d : resp.dim0s) w.Put<int64_t>(d);
+  }
+  return w.Take();
+}
+
+Status DecodeExecute(const std::string& payload, std::vector<Response>* responses) {
+  Reader r(payload);
+  uint32_t n;
+  if (!r.Get(&n)) return Malformed("EXECUTE");
+  for (uint32_t i = 0; i < n; ++i) {
+    Response resp;
+    uint8_t kind;
+    uint32_t nkeys, ndims;
+    if (!r.Get(&kind) || kind < 1 || kind > 4 || !r.Get(&nkeys)) return Malformed("EXECUTE");
+    resp.kind = static_cast<Response::Kind>(kind);
+    for (uint32_t k = 0; k < nkeys; ++k) {
+      std::string key;
+      if (!r.GetString(&key)) return Malformed("EXECUTE");
+      resp.keys.push_back(std::move(key));
+    }
+    if (!r.GetString(&resp.error) || !r.Get(&ndims) || ndims > (1u << 20)) return Malformed("EXECUTE");
+    resp.dim0s.resize(ndims);
+    for (auto& d : resp.dim0s)
+      if (!r.Get(&d)) return Malformed("EXECUTE");
+    responses->push_back(std::move(resp));
+  }
+  return r.done() ? Status::Ok() : Malformed("EXECUTE");
+}
+
+std::string EncodeBroken(const std::string& reason) {
+  Writer w;
+  w.PutString(reason);
+  return w.Take();
+}
+
+Status DecodeBroken(const std::string& payload, std::string* reason) {
+  Reader r(payload);
+  if (!r.GetString(reason) || !r.done()) return Malformed("BROKEN");
+  return Status::Ok();
+}
+
+}  // namespace tfx::comm

@@ -1,0 +1,67 @@
+// What ranks tell the coordinator (rank 0) and what it answers.
+//
+// Negotiation protocol (one control connection between rank 0 and each other
+// rank; rank 0's own requests go straight into its table):
+//   1. A rank that gets a request (one tensor of a collective call) sends
+//      READY{meta} to rank 0: its key (the call's name plus how many times
+//      this rank has used that name before), op, dtype, shape, reduction,
+//      compression, root.
+//   2. Rank 0 records it. When every rank is READY for a key, it compares
+//      the metas: any difference becomes an ERROR response naming each
+//      rank's view. Otherwise the key joins the ready list, in the order keys
+//      completed.
+//   3. Rank 0 turns the ready list into responses (all-reduce keys of one
+//      dtype/reduction/compression fused into buckets up to the threshold)
+//      and sends EXECUTE{responses} to every rank, then executes them itself.
+//      Every rank runs the responses in the order received, so all ranks
+//      enter the same collectives in the same order whatever order their
+//      requests arrived in.
+//   4. A key not READY on every rank within the timeout becomes an ERROR
+//      naming the ranks that are missing. A rank that hits an unrecoverable
+//      error sends BROKEN{reason}; rank 0 forwards it to all.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "custom_ops/comm/core/dtypes.h"
+#include "custom_ops/comm/core/status.h"
+
+namespace tfx::comm {
+
+enum class OpType : uint8_t { kAllreduce = 1, kAllgather = 2, kBroadcast = 3 };
+const char* OpTypeName(OpType op);
+
+struct EntryMeta {
+  std::string key;  // "<name>#<occurrence>"
+  OpType op = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduction = ReduceOp::kSum;
+  Compression compression = Compression::kNone;
+  int32_t root = 0;
+  std::vector<int64_t> shape;
+
+  int64_t num_elements() const;
+  size_t bytes() const;
+  std::string Describe() const;  // "allreduce float32[4,5] sum"
+};
+
+struct Response {
+  enum class Kind : uint8_t { kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kError = 4 };
+  Kind kind = Kind::kAllreduce;
+  std::vector<std::string> keys;
+  std::string error;           // kError
+  std::vector<int64_t> dim0s;  // kAllgather: first dimension on each rank
+};
+
+enum class MessageType : uint8_t { kReady = 1, kExecute = 2, kBroken = 3 };
+
+std::string EncodeReady(const std::vector<EntryMeta>& metas);
+std::string EncodeExecute(const std::vector<Response>& responses);
+std::string EncodeBroken(const std::string& reason);
+Status DecodeReady(const std::string& payload, std::vector<EntryMeta>* metas);
+Status DecodeExecute(const std::string& payload, std::vector<Response>* responses);
+Status DecodeBroken(const std::string& payload, std::string* reason);
+
+}  // namespace tfx::comm

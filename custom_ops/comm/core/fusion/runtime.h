@@ -1,0 +1,84 @@
+// The background thread of one communicator: takes submitted requests,
+// negotiates them with the coordinator (rank 0, see messages.h), and runs the
+// resulting responses in order through an executor. Submit never blocks on
+// other ranks; every request's done callback runs exactly once, from this
+// thread (or from Submit itself when the communicator is already broken).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "custom_ops/comm/core/deadline.h"
+#include "custom_ops/comm/core/fusion/control_channel.h"
+#include "custom_ops/comm/core/fusion/coordinator.h"
+#include "custom_ops/comm/core/fusion/messages.h"
+
+namespace tfx::comm {
+
+// One tensor of a collective call.
+struct Entry {
+  EntryMeta meta;  // meta.key is the call's name; the runtime appends "#<occurrence>"
+  const void* input = nullptr;
+  void* output = nullptr;                       // allreduce, broadcast: preallocated
+  std::function<void*(int64_t dim0)> allocate;  // allgather: output for the total dim 0
+  std::function<void(const Status&)> done;
+  Clock::time_point submitted;
+};
+
+struct RuntimeOptions {
+  size_t bucket_bytes = 64 << 20;
+  double cycle_time_ms = 0.0;
+  double timeout_s = 300.0;
+};
+
+class Runtime {
+ public:
+  // Runs one response on this rank's entries for its keys (in key order).
+  using Executor = std::function<Status(const Response&, std::vector<Entry*>&)>;
+
+  // channels: on rank 0, channels[r] connects to rank r (channels[0] null);
+  // elsewhere channels[0] connects to rank 0. on_broken shuts the data
+  // connections down so that peers blocked on us fail fast.
+  Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>> channels,
+          const RuntimeOptions& options, Executor executor, std::function<void()> on_broken);
+  ~Runtime();
+
+  void Submit(std::vector<Entry> entries);
+  void Stop();  // joins the thread, fails what is still pending
+  Status broken() const;
+
+ private:
+  void Loop();
+  void Fail(const Status& status);
+  void HandleFrame(int from, const Frame& frame, std::vector<Response>* to_run);
+  void Run(const std::vector<Response>& responses);
+  void CheckLocalTimeouts(Clock::time_point now);
+  int PollTimeoutMs(Clock::time_point now) const;
+
+  const int rank_;
+  const int size_;
+  const RuntimeOptions options_;
+  std::vector<std::unique_ptr<ControlChannel>> channels_;
+  std::vector<bool> channel_open_;
+  Executor executor_;
+  std::function<void()> on_broken_;
+  Coordinator coordinator_;  // used on rank 0 only
+  Clock::time_point last_dispatch_;
+  int wake_fd_ = -1;
+  std::atomic<bool> stop_{false};
+
+  mutable std::mutex mu_;
+  Status broken_;                         // guarded by mu_
+  std::map<std::string, Entry> pending_;  // guarded by mu_
+  std::map<std::string, int64_t> occurrences_;  // guarded by mu_
+  std::vector<EntryMeta> local_ready_;    // rank 0: submitted, not yet in the table
+  std::thread thread_;
+};
+
+}  // namespace tfx::comm

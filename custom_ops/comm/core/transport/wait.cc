@@ -1,0 +1,52 @@
+#include "custom_ops/comm/core/transport/wait.h"
+
+#include <errno.h>
+#include <immintrin.h>
+#include <poll.h>
+#include <sched.h>
+#include <time.h>
+
+#include <cstring>
+
+namespace tfx::comm {
+namespace {
+constexpr unsigned kSpinIters = 4000;    // pure spinning (a few microseconds)
+constexpr unsigned kYieldIters = 40000;  // then sched_yield, then naps
+}  // namespace
+
+Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
+  ++idle_;
+  const int rfd = recv_from != nullptr ? recv_from->poll_fd() : -2;
+  const int sfd = send_to != nullptr ? send_to->poll_fd() : -2;
+  if (rfd != -1 && sfd != -1) {  // everything waited on is pollable
+    pollfd fds[2];
+    int nfds = 0;
+    if (rfd >= 0) fds[nfds++] = pollfd{rfd, POLLIN, 0};
+    if (sfd >= 0) {
+      if (nfds == 1 && fds[0].fd == sfd) fds[0].events |= POLLOUT;
+      else fds[nfds++] = pollfd{sfd, POLLOUT, 0};
+    }
+    if (nfds == 0) return Status::Ok();
+    int r = poll(fds, nfds, deadline_.remaining_ms(1000));
+    if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + std::strerror(errno));
+    if (r == 0 && deadline_.expired()) return Status(Code::kTimeout, "timed out");
+    return Status::Ok();
+  }
+  // Spin-wait (shared memory involved).
+  if (idle_ < kSpinIters) {
+    _mm_pause();
+  } else if (idle_ < kYieldIters) {
+    sched_yield();
+  } else {
+    timespec nap{0, 50 * 1000};
+    nanosleep(&nap, nullptr);
+  }
+  if ((idle_ & 1023u) == 0) {
+    if (recv_from != nullptr) TFX_RETURN_IF_ERROR(recv_from->CheckAlive());
+    if (send_to != nullptr) TFX_RETURN_IF_ERROR(send_to->CheckAlive());
+  }
+  if ((idle_ & 63u) == 0 && deadline_.expired()) return Status(Code::kTimeout, "timed out");
+  return Status::Ok();
+}
+
+}  // namespace tfx::comm
