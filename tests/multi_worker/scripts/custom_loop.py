@@ -1,0 +1,101 @@
+"""Worker script: custom training loop, reduce, gather, sparse gradients, input sharding."""
+import os
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+from worker_lib import make_strategy, rank, regression_data, report
+
+strategy = make_strategy()
+me, n = rank(), strategy.extended._num_workers  # noqa: SLF001
+out = {"num_replicas": strategy.num_replicas_in_sync}
+
+# -- strategy.run in a tf.function: dense Keras model + a sparse (IndexedSlices) table --
+GLOBAL_BATCH = 32
+x, y = regression_data(n=256)
+ids = (np.arange(256) % 10).astype("int32")
+keras.utils.set_random_seed(100 + me)  # different per worker: the chief's init must win
+with strategy.scope():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="tanh"),
+                              keras.layers.Dense(1)])
+    table = tf.Variable(tf.random.normal([10, 1], seed=me), name="table")
+    optimizer = keras.optimizers.SGD(0.05)
+dataset = strategy.experimental_distribute_dataset(
+    tf.data.Dataset.from_tensor_slices((x, y, ids)).batch(GLOBAL_BATCH))
+
+
+@tf.function
+def train_step(batch):
+    def step_fn(xb, yb, ib):
+        with tf.GradientTape() as tape:
+            pred = model(xb, training=True) + tf.gather(table, ib)
+            per_example = tf.reduce_mean(tf.square(pred - yb), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
+        variables = model.trainable_variables + [table]
+        grads = tape.gradient(loss, variables)
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss
+    per_replica_loss = strategy.run(step_fn, args=batch)
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+
+
+losses = []
+for _ in range(2):
+    for batch in dataset:
+        losses.append(float(train_step(batch)))
+out["losses"] = losses
+out["weights"] = [w.tolist() for w in model.get_weights()] + [table.numpy().tolist()]
+
+# -- reduce and gather of known values ---------------------------------------------------
+values = strategy.experimental_distribute_values_from_function(
+    lambda ctx: tf.fill([ctx.replica_id_in_sync_group + 1, 2],
+                        float(ctx.replica_id_in_sync_group + 1)))
+scalars = strategy.experimental_distribute_values_from_function(
+    lambda ctx: tf.constant(float(ctx.replica_id_in_sync_group + 1)))
+out["reduce_sum_scalar"] = float(strategy.reduce("SUM", scalars, axis=None))
+out["reduce_mean_scalar"] = float(strategy.reduce("MEAN", scalars, axis=None))
+out["reduce_mean_axis0"] = strategy.reduce("MEAN", values, axis=0).numpy().tolist()
+out["reduce_nest"] = {k: float(v) for k, v in strategy.reduce(
+    "SUM", {"a": scalars, "b": scalars}, axis=None).items()}
+out["gather0"] = strategy.gather(values, axis=0).numpy().tolist()
+out["gather1"] = strategy.gather(
+    strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.fill([2, ctx.replica_id_in_sync_group + 1],
+                            float(ctx.replica_id_in_sync_group))), axis=1).numpy().tolist()
+
+
+@tf.function
+def gather_in_function(v):
+    return strategy.gather(v, axis=0)
+
+
+out["gather_fn"] = gather_in_function(values).numpy().tolist()
+
+# -- input sharding: what each worker reads -----------------------------------------------
+def local_elements(distributed):
+    seen = []
+    for element in distributed:
+        for t in strategy.experimental_local_results(element):
+            seen.extend(np.asarray(t).reshape(-1).tolist())
+    return sorted(seen)
+
+
+data_options = tf.data.Options()
+data_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+out["data_shard"] = local_elements(strategy.experimental_distribute_dataset(
+    tf.data.Dataset.range(64).batch(8).with_options(data_options)))
+
+files = []
+workdir = os.environ["WORKDIR"]
+for f in range(4):
+    path = os.path.join(workdir, f"part-{f}.txt")
+    with open(path, "w") as fh:
+        fh.write("\n".join(str(f * 100 + i) for i in range(6)) + "\n")
+    files.append(path)
+file_options = tf.data.Options()
+file_options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.FILE
+file_ds = (tf.data.TextLineDataset(files).map(lambda s: tf.strings.to_number(s, tf.int64))
+           .batch(4).with_options(file_options))
+out["file_shard"] = local_elements(strategy.experimental_distribute_dataset(file_ds))
+report(out)
