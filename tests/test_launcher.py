@@ -268,3 +268,33 @@ def test_module_entry_point(tmp_path):
                             cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["[0] hello", "[1] hello"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_workers_die_with_a_killed_launcher(tmp_path):
+    worker = script(tmp_path, """
+        print(f"pid {os.getpid()}", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, RUN_PY, "-n", "2", sys.executable, worker],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    pids = [int(proc.stdout.readline().split()[-1]) for _ in range(2)]
+    proc.kill()  # SIGKILL: the launcher can clean nothing up itself
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in pids if _running(pid)]
+    for pid in alive:  # don't leave orphans behind when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not alive
+
+
+def _running(pid):
+    """True while ``pid`` exists and is no zombie (an orphan is reaped by init, not by us)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -15,7 +15,8 @@ Each worker gets, on top of the launcher's own environment:
 * ``PYTHONUNBUFFERED=1`` unless already set, so that lines arrive as printed.
 
 Output: each line a worker writes to stdout or stderr is copied to the
-launcher's stdout or stderr with its rank in front, ``[0] ...``. Keras
+launcher's stdout or stderr with its rank in front, ``[0] ...`` (padded to one
+width from 10 workers on: ``[ 0] ``). Keras
 progress-bar lines (those with "━", redrawn with ``\\r``) are shown for rank 0
 only; ``--all-progress`` shows every rank's. The filtering happens here, in the
 launcher, so the worker scripts need no change.
@@ -26,7 +27,12 @@ SIGKILL after ``--grace-period``), the launcher names the failing rank, repeats
 its last stderr lines, and exits with its exit code (128+N for signal N). On
 ``--timeout``, it stops every worker and exits 124. On Ctrl-C, SIGTERM or
 SIGHUP it stops every worker and exits 128+signal; a second Ctrl-C kills them
-at once.
+at once. On Linux the workers also get SIGKILL if the launcher itself is killed
+(``PR_SET_PDEATHSIG``). Each worker runs in its own process group, so stopping
+a worker also stops what it started (e.g. a shell's children).
+
+All workers are ``worker`` tasks (no chief, ps or evaluator): rank 0,
+``worker:0``, is the chief, as in MultiWorkerMirroredStrategy.
 """
 
 from __future__ import annotations
