@@ -298,3 +298,14 @@ def _running(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_late_failure_after_others_finished_still_fails_the_job(tmp_path):
+    worker = script(tmp_path, """
+        if RANK == 1:
+            time.sleep(0.5)
+            sys.exit(5)
+    """)
+    result, _ = launch("-n", "2", sys.executable, worker)
+    assert result.returncode == 5
+    assert "tfx-dist-run: rank 1 failed with exit code 5\n" in result.stderr  # nobody to stop

@@ -475,11 +475,11 @@ def _supervise(job: _Job, args, received: List[int]) -> int:
         if failed:
             rank = failed[0]
             code = codes[rank]
+            running = sum(1 for c in codes if c is None)
             job.stop(args.grace_period)
             job.join_output()
-            others = n - 1
             _say(f"rank {rank} {_describe_exit(code)}"
-                 + (f"; stopped the other {others} worker(s)" if others else ""))
+                 + (f"; stopped the other {running} worker(s)" if running else ""))
             tail = job.stderr_tail(rank)
             if tail:
                 _say(f"last {len(tail)} stderr line(s) of rank {rank}:")
