@@ -19,8 +19,7 @@ Ordering: cross-process collectives must be issued in the same order on every
 rank, but TensorFlow runs the independent ops of a graph in any order. So
 within one graph every collective waits (control dependency) for the previous
 collective created in that graph; graphs are traced identically on every rank,
-so the order is the same everywhere. Names are ``<kind>.<n>`` with ``n`` the
-position of the collective in its graph, equal on every rank.
+so the order is the same everywhere, and so are the names (see `_Sequencer`).
 """
 
 from __future__ import annotations
@@ -34,8 +33,37 @@ from tfx_dist import _tf_compat as tfc
 
 _ReduceOp = tf.distribute.ReduceOp
 
-# Dtypes a transport moves as they are; others are cast around the call.
-_CAST_FOR_TRANSPORT = {tf.bool: tf.int32}
+# Dtypes tfx_dist's collectives take. Others are converted around the call:
+# for reductions by a value cast to a wider type, for gather and broadcast
+# (which only move bytes) by a bitcast to uint8.
+_REDUCE_DTYPES = frozenset([tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64])
+_MOVE_DTYPES = _REDUCE_DTYPES | {tf.uint8}
+_REDUCE_AS = {tf.bool: tf.int32, tf.int8: tf.int32, tf.int16: tf.int32, tf.uint8: tf.int32,
+              tf.uint16: tf.int32, tf.uint32: tf.int64}
+
+
+def _encode_for_reduce(t):
+    """Returns (tensor the transport can sum, function that restores the dtype)."""
+    if t.dtype in _REDUCE_DTYPES:
+        return t, lambda r: r
+    if t.dtype in _REDUCE_AS:
+        return tf.cast(t, _REDUCE_AS[t.dtype]), lambda r, d=t.dtype: tf.cast(r, d)
+    if t.dtype == tf.uint64:  # two's complement sums agree modulo 2**64
+        return tf.bitcast(t, tf.int64), lambda r: tf.bitcast(r, tf.uint64)
+    raise TypeError(f"Cannot all-reduce a tensor of dtype {t.dtype.name} across workers: "
+                    f"expected a numeric or bool dtype. Received: {t}")
+
+
+def _encode_for_move(t):
+    """Returns (tensor the transport can gather/broadcast, function that restores it)."""
+    if t.dtype in _MOVE_DTYPES:
+        return t, lambda r: r
+    if t.dtype == tf.bool:
+        return tf.cast(t, tf.uint8), lambda r: tf.cast(r, tf.bool)
+    if t.dtype.is_numpy_compatible and t.dtype.size > 0 and t.dtype != tf.string:
+        return tf.bitcast(t, tf.uint8), lambda r, d=t.dtype: tf.bitcast(r, d)
+    raise TypeError(f"Cannot send a tensor of dtype {t.dtype.name} to other workers: "
+                    f"expected a numeric or bool dtype. Received: {t}")
 
 
 def _reduction_name(reduce_op) -> str:
@@ -94,25 +122,41 @@ class CommTransport:
 
 
 class _Sequencer:
-    """Orders the collectives of each graph (see the module docstring)."""
+    """Orders and names the collectives of each graph (see the module docstring).
+
+    Names are ``g<graph>.<kind>.<n>``: ``<graph>`` numbers the graphs in the
+    order their first collective was traced, ``<n>`` numbers the collectives
+    of a graph; eager calls are ``e.<kind>.<n>``. Every rank traces and calls
+    the same collectives in the same order, so names agree across ranks, and a
+    graph's names repeat on every run of it.
+    """
 
     def __init__(self):
-        self._last = weakref.WeakKeyDictionary()  # graph -> (count, last output)
+        self._graphs = weakref.WeakKeyDictionary()  # graph -> [index, count, last output]
+        self._num_graphs = 0
+        self._num_eager = 0
         self._lock = threading.Lock()
 
     def run(self, kind: str, fn):
         """Calls ``fn(name)`` after the previous collective of the current graph."""
         if tf.executing_eagerly():
-            return fn(kind)
+            with self._lock:
+                name = f"e.{kind}.{self._num_eager}"
+                self._num_eager += 1
+            return fn(name)
         graph = tf.compat.v1.get_default_graph()
         with self._lock:
-            count, last = self._last.get(graph, (0, None))
-        deps = [last] if last is not None else []
-        with tf.control_dependencies(deps):
-            out = fn(f"{kind}.{count}")
+            state = self._graphs.get(graph)
+            if state is None:
+                state = self._graphs[graph] = [self._num_graphs, 0, None]
+                self._num_graphs += 1
+            index, count, last = state
+            state[1] += 1
+        with tf.control_dependencies([last] if last is not None else []):
+            out = fn(f"g{index}.{kind}.{count}")
         flat = tf.nest.flatten(out)
-        with self._lock:
-            self._last[graph] = (count + 1, flat[0] if flat else last)
+        if flat:
+            state[2] = flat[0]
         return out
 
 
@@ -157,37 +201,34 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
         """Sums each tensor of ``tensors`` across workers (one transport call)."""
         if self.transport.size == 1 or not tensors:
             return list(tensors)
-        casts = [_CAST_FOR_TRANSPORT.get(t.dtype) for t in tensors]
-        sent = [tf.cast(t, c) if c is not None else t for t, c in zip(tensors, casts)]
+        encoded = [_encode_for_reduce(tf.convert_to_tensor(t)) for t in tensors]
+        sent = [t for t, _ in encoded]
         with tf.device(self.host_device or "/device:CPU:0"):
             out = self._sequencer.run(
                 "all_reduce", lambda name: self.transport.all_reduce(sent, "sum", name=name))
-        return [tf.cast(o, t.dtype) if c is not None else o
-                for o, t, c in zip(out, tensors, casts)]
+        return [decode(o) for o, (_, decode) in zip(out, encoded)]
 
     def _cross_all_gather(self, tensor):
         """Concatenates ``tensor`` of every worker along dim 0, in rank order."""
         if self.transport.size == 1:
             return tensor
-        cast = _CAST_FOR_TRANSPORT.get(tensor.dtype)
-        sent = tf.cast(tensor, cast) if cast is not None else tensor
+        sent, decode = _encode_for_move(tf.convert_to_tensor(tensor))
         with tf.device(self.host_device or "/device:CPU:0"):
             out = self._sequencer.run(
                 "all_gather", lambda name: self.transport.all_gather(sent, name=name))
-        return tf.cast(out, tensor.dtype) if cast is not None else out
+        return decode(out)
 
     def cross_broadcast(self, tensors, root: int = 0):
         """Returns rank ``root``'s ``tensors`` on every worker (used for initial values)."""
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         if self.transport.size == 1 or not tensors:
             return tensors
-        casts = [_CAST_FOR_TRANSPORT.get(t.dtype) for t in tensors]
-        sent = [tf.cast(t, c) if c is not None else t for t, c in zip(tensors, casts)]
+        encoded = [_encode_for_move(t) for t in tensors]
+        sent = [t for t, _ in encoded]
         with tf.device(self.host_device or "/device:CPU:0"):
             out = self._sequencer.run(
                 "broadcast", lambda name: self.transport.broadcast(sent, root=root, name=name))
-        return [tf.cast(o, t.dtype) if c is not None else o
-                for o, t, c in zip(out, tensors, casts)]
+        return [decode(o) for o, (_, decode) in zip(out, encoded)]
 
     def _cross_gather_slices(self, slices: tf.IndexedSlices) -> tf.IndexedSlices:
         rows = self._cross_all_gather(slices.values)

@@ -29,6 +29,9 @@ def test_custom_loop_two_workers(tmp_path):
         assert r["reduce_nest"] == {"a": 3.0, "b": 3.0}
         assert r["gather0"] == [[1.0, 1.0], [2.0, 2.0], [2.0, 2.0]]
         assert r["gather_fn"] == r["gather0"]
+        assert r["odd_dtypes"] == {"u32": [1, 1, 1], "b": [1, 1, 1], "i8": [1, 1, 1],
+                                   "f16": [1, 1, 1], "i64": [1, 1, 1]}
+        assert r["reduce_uint8"] == [3]
         assert r["gather1"] == [[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]]
 
     # Sharding: disjoint shards that together hold every element.

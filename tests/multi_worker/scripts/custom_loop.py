@@ -72,6 +72,16 @@ def gather_in_function(v):
 
 out["gather_fn"] = gather_in_function(values).numpy().tolist()
 
+# -- initial values of every dtype come from the chief -------------------------------------
+with strategy.scope():
+    odd = {name: tf.Variable(tf.cast(tf.fill([3], me + 1), dtype), name=name)
+           for name, dtype in (("u32", tf.uint32), ("b", tf.bool), ("i8", tf.int8),
+                               ("f16", tf.float16), ("i64", tf.int64))}
+out["odd_dtypes"] = {k: np.asarray(v.numpy()).astype("float64").tolist() for k, v in odd.items()}
+ints = strategy.experimental_distribute_values_from_function(
+    lambda ctx: tf.constant([ctx.replica_id_in_sync_group + 1], tf.uint8))
+out["reduce_uint8"] = strategy.reduce("SUM", ints, axis=None).numpy().tolist()
+
 # -- input sharding: what each worker reads -----------------------------------------------
 def local_elements(distributed):
     seen = []
