@@ -15,7 +15,7 @@ struct Max { template <typename T> static T Apply(T a, T b) { return a < b ? b :
 // Plain types: written so that gcc -O3 vectorises the loop.
 template <typename T, typename Op>
 void ReducePlain(void* dst, const void* a, const void* b, size_t n) {
-  T* __restrict d = static_cast<T*>(dst);
+  T* d = static_cast<T*>(dst);  // may alias a (in-place reduction)
   const T* x = static_cast<const T*>(a);
   const T* __restrict y = static_cast<const T*>(b);
   for (size_t i = 0; i < n; ++i) d[i] = Op::Apply(x[i], y[i]);

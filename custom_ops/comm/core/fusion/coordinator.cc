@@ -30,6 +30,13 @@ std::string UserName(const std::string& key) {
   return "'" + key.substr(0, hash) + "' (call #" + key.substr(hash + 1) + " of that name)";
 }
 
+// "rank 2" or "ranks 1, 2".
+std::string Ranks(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
 }  // namespace
 
 void Coordinator::Add(int rank, const EntryMeta& meta, Clock::time_point now) {
@@ -115,16 +122,16 @@ std::vector<Response> Coordinator::TakeTimedOut(Clock::time_point now) {
   const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (now - it->second.first_seen < limit) { ++it; continue; }
-    std::string have, missing;
-    for (int r = 0; r < size_; ++r) (it->second.have[r] ? have : missing) += (" " + std::to_string(r));
+    std::vector<int> have, missing;
+    for (int r = 0; r < size_; ++r) (it->second.have[r] ? have : missing).push_back(r);
     char secs[32];
     std::snprintf(secs, sizeof(secs), "%g", timeout_s_);
     Response resp;
     resp.kind = Response::Kind::kError;
     resp.keys.push_back(it->first);
     resp.error = "tfx_dist rank 0 (coordinator): timed out after " + std::string(secs) +
-                 " s waiting for rank(s)" + missing + " to submit collective " + UserName(it->first) +
-                 " (submitted by rank(s)" + have + "). Those ranks may have died, be stuck, or call "
+                 " s waiting for " + Ranks(missing) + " to submit collective " + UserName(it->first) +
+                 " (submitted by " + Ranks(have) + "). The missing rank(s) may have died, be stuck, or call "
                  "collectives under other names or in a different number; raise TFX_TIMEOUT_S if they are only slow.";
     out.push_back(std::move(resp));
     it = pending_.erase(it);

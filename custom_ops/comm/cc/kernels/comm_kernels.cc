@@ -1,0 +1,216 @@
+// Asynchronous TF kernels over libtfx_comm's C API. ComputeAsync allocates the
+// outputs, submits one entry per tensor and returns at once: no TF executor
+// thread waits for other processes. The runtime thread of the communicator
+// calls back when each entry is done; the last callback calls done().
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "custom_ops/comm/core/c_api.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tfx {
+
+using ::tensorflow::AsyncOpKernel;
+using ::tensorflow::DataType;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+namespace {
+
+int32_t DtypeCode(DataType dt) {
+  switch (dt) {
+    case tensorflow::DT_HALF: return 1;
+    case tensorflow::DT_BFLOAT16: return 2;
+    case tensorflow::DT_FLOAT: return 3;
+    case tensorflow::DT_DOUBLE: return 4;
+    case tensorflow::DT_INT32: return 5;
+    case tensorflow::DT_INT64: return 6;
+    case tensorflow::DT_UINT8: return 7;
+    default: return 0;
+  }
+}
+
+absl::Status ToTfStatus(int32_t code, const std::string& msg) {
+  switch (code) {
+    case 0: return absl::OkStatus();
+    case 1: return absl::InvalidArgumentError(msg);
+    case 2: return absl::DeadlineExceededError(msg);
+    case 3: return absl::UnavailableError(msg);
+    case 4: return absl::DataLossError(msg);
+    case 5: return absl::FailedPreconditionError(msg);
+    case 7: return absl::AbortedError(msg);
+    default: return absl::InternalError(msg);
+  }
+}
+
+int32_t ReductionCode(const std::string& r) {
+  return r == "sum" ? 0 : r == "mean" ? 1 : r == "min" ? 2 : 3;
+}
+
+int32_t CompressionCode(const std::string& c) {
+  return c == "float16" ? 1 : c == "bfloat16" ? 2 : 0;
+}
+
+// Shared by the entries of one op call; deletes itself after the last callback.
+struct CallState {
+  OpKernelContext* ctx;
+  AsyncOpKernel::DoneCallback done;
+  std::atomic<int> remaining;
+  std::mutex mu;
+  absl::Status status;
+  std::vector<std::vector<int64_t>> dims;
+  std::vector<std::string> names;
+
+  static void OnDone(void* arg, int32_t code, const char* message) {
+    CallState* s = static_cast<CallState*>(arg);
+    if (code != 0) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (s->status.ok()) s->status = ToTfStatus(code, message);
+    }
+    if (s->remaining.fetch_sub(1) == 1) {
+      s->ctx->SetStatus(s->status);
+      auto done = std::move(s->done);
+      delete s;
+      done();
+    }
+  }
+
+  static void* Allocate(void* arg, int64_t dim0) {
+    CallState* s = static_cast<CallState*>(arg);
+    TensorShape shape = s->ctx->input(0).shape();
+    shape.set_dim(0, dim0);
+    Tensor* out = nullptr;
+    absl::Status st = s->ctx->allocate_output(0, shape, &out);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->status = st;
+      return nullptr;
+    }
+    return out->NumElements() > 0 ? const_cast<char*>(out->tensor_data().data()) : nullptr;
+  }
+};
+
+class CollectiveKernel : public AsyncOpKernel {
+ public:
+  explicit CollectiveKernel(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("communicator_id", &comm_id_));
+    OP_REQUIRES_OK(c, c->GetAttr("group_name", &group_name_));
+  }
+
+ protected:
+  // Builds the state and the entries (one per input); outputs already allocated.
+  void Submit(OpKernelContext* ctx, DoneCallback done, int32_t op, int32_t reduction,
+              int32_t compression, int32_t root) {
+    const int n = ctx->num_inputs();
+    if (n == 0) {
+      done();
+      return;
+    }
+    CallState* state = new CallState{ctx, std::move(done), {n}, {}, absl::OkStatus(), {}, {}};
+    std::vector<tfx_entry> entries(n);
+    state->dims.resize(n);
+    state->names.resize(n);
+    for (int i = 0; i < n; ++i) {
+      const Tensor& in = ctx->input(i);
+      const int32_t dtype = DtypeCode(in.dtype());
+      for (int d = 0; d < in.dims(); ++d) state->dims[i].push_back(in.dim_size(d));
+      state->names[i] = n == 1 && op == 2 ? group_name_ : group_name_ + "/" + std::to_string(i);
+      tfx_entry& e = entries[i];
+      e.name = state->names[i].c_str();
+      e.op = op;
+      e.dtype = dtype;
+      e.reduction = reduction;
+      e.compression = compression;
+      e.root = root;
+      e.ndims = in.dims();
+      e.dims = state->dims[i].data();
+      e.input = in.tensor_data().data();
+      e.output = op == 2 ? nullptr : const_cast<char*>(ctx->mutable_output(i)->tensor_data().data());
+      e.alloc = op == 2 ? &CallState::Allocate : nullptr;
+      e.alloc_arg = state;
+      e.done = &CallState::OnDone;
+      e.done_arg = state;
+    }
+    char err[2048] = {0};
+    const int32_t rc = tfx_comm_submit(comm_id_, entries.data(), n, err, sizeof(err));
+    if (rc != 0) {  // nothing was submitted: no callback will come
+      ctx->SetStatus(ToTfStatus(rc, err));
+      auto cb = std::move(state->done);
+      delete state;
+      cb();
+    }
+  }
+
+  bool AllocateLikeInputs(OpKernelContext* ctx) {
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      Tensor* out = nullptr;
+      // Reuse the input buffer when TF allows it: the ring works in place.
+      absl::Status st = ctx->forward_input_or_allocate_output({i}, i, ctx->input(i).shape(), &out);
+      if (!st.ok()) {
+        ctx->SetStatus(st);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  int64_t comm_id_;
+  std::string group_name_;
+};
+
+class TfxAllReduceOp : public CollectiveKernel {
+ public:
+  explicit TfxAllReduceOp(OpKernelConstruction* c) : CollectiveKernel(c) {
+    std::string reduction, compression;
+    OP_REQUIRES_OK(c, c->GetAttr("reduction", &reduction));
+    OP_REQUIRES_OK(c, c->GetAttr("compression", &compression));
+    reduction_ = ReductionCode(reduction);
+    compression_ = CompressionCode(compression);
+  }
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    if (!AllocateLikeInputs(ctx)) return done();
+    Submit(ctx, std::move(done), 1, reduction_, compression_, 0);
+  }
+
+ private:
+  int32_t reduction_, compression_;
+};
+
+class TfxAllGatherOp : public CollectiveKernel {
+ public:
+  using CollectiveKernel::CollectiveKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
+                      absl::InvalidArgumentError("TfxAllGather needs a tensor of rank >= 1 (it "
+                                                 "concatenates on dimension 0); got a scalar"),
+                      done);
+    Submit(ctx, std::move(done), 2, 0, 0, 0);
+  }
+};
+
+class TfxBroadcastOp : public CollectiveKernel {
+ public:
+  explicit TfxBroadcastOp(OpKernelConstruction* c) : CollectiveKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("root", &root_));
+  }
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    if (!AllocateLikeInputs(ctx)) return done();
+    Submit(ctx, std::move(done), 3, 0, 0, root_);
+  }
+
+ private:
+  int32_t root_;
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("TfxAllReduce").Device(tensorflow::DEVICE_CPU), TfxAllReduceOp);
+REGISTER_KERNEL_BUILDER(Name("TfxAllGather").Device(tensorflow::DEVICE_CPU), TfxAllGatherOp);
+REGISTER_KERNEL_BUILDER(Name("TfxBroadcast").Device(tensorflow::DEVICE_CPU), TfxBroadcastOp);
+
+}  // namespace tfx

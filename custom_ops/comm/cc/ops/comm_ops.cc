@@ -1,0 +1,70 @@
+// Registration and shape functions of the cross-process collective ops.
+// The kernels (cc/kernels/comm_kernels.cc) hand the work to libtfx_comm.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfx {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+static absl::Status SameShapes(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+  return absl::OkStatus();
+}
+
+REGISTER_OP("TfxAllReduce")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    .Attr("T: list({half, bfloat16, float, double, int32, int64})")
+    .Attr("communicator_id: int")
+    .Attr("reduction: {'sum', 'mean', 'min', 'max'} = 'sum'")
+    .Attr("group_name: string")
+    .Attr("compression: {'none', 'float16', 'bfloat16'} = 'none'")
+    .SetIsStateful()
+    .SetShapeFn(SameShapes)
+    .Doc(R"doc(
+All-reduces a list of tensors across the processes of a tfx_dist communicator.
+Every process must run an op with the same group_name, dtypes and shapes; the
+runtime negotiates, fuses and executes them asynchronously.
+)doc");
+
+REGISTER_OP("TfxAllGather")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
+    .Attr("communicator_id: int")
+    .Attr("group_name: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle in = c->input(0);
+      if (!c->RankKnown(in)) {
+        c->set_output(0, c->UnknownShape());
+        return absl::OkStatus();
+      }
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Concatenates every process's tensor on dimension 0 (the first dimension may
+differ between processes, the others may not).
+)doc");
+
+REGISTER_OP("TfxBroadcast")
+    .Input("tensors: T")
+    .Output("broadcast: T")
+    .Attr("T: list({half, bfloat16, float, double, int32, int64, uint8})")
+    .Attr("communicator_id: int")
+    .Attr("root: int = 0")
+    .Attr("group_name: string")
+    .SetIsStateful()
+    .SetShapeFn(SameShapes)
+    .Doc(R"doc(
+Every process receives the root process's tensors.
+)doc");
+
+}  // namespace tfx

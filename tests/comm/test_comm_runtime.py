@@ -1,0 +1,111 @@
+"""Multi-process tests of the collective runtime through its numpy path.
+
+Every collective over every transport (tcp, shm) with 1 to 4 ranks, then the
+failure modes: mismatched requests, dead and hung peers, wrong secrets and
+garbage on the listener. Each rank is a real process on 127.0.0.1.
+"""
+
+import os
+import socket
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import comm_procs as procs  # noqa: E402
+
+WORKER = "comm_worker.py"
+
+
+@pytest.mark.parametrize("size,transport", [(1, "tcp"), (2, "tcp"), (2, "shm"), (3, "tcp"),
+                                            (3, "shm"), (4, "tcp"), (4, "shm")])
+def test_every_collective_matches_numpy(size, transport):
+    env = {"TFX_SHM": "1" if transport == "shm" else "0"}
+    results = procs.run(WORKER, "collectives", size, env=env, timeout=150)
+    for r in results:
+        res = r.result
+        assert res["checked"] >= 6 * 4 * 6 + 6 + 2 + 4 + size + 1
+        want = ["self" if p == r.rank else transport for p in range(size)]
+        assert res["transports"] == want
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_mismatched_shapes_fail_on_every_rank_and_the_communicator_survives(transport):
+    results = procs.run(WORKER, "mismatch", 3, env={"TFX_SHM": "1" if transport == "shm" else "0"})
+    for r in results:
+        res = r.result
+        err = res["mismatch_error"]
+        assert err is not None and err.startswith("CollectiveMismatchError"), err
+        assert "'grads/0'" in err and "float32[4]" in err and "rank 2 submitted allreduce float32[5]" in err
+        assert res["mismatch_s"] < 5
+        assert res["after"] == [3.0] * 4
+
+
+@pytest.mark.parametrize("scenario,transport", [("die", "tcp"), ("die", "shm"),
+                                                 ("die_mid_ring", "tcp"), ("die_mid_ring", "shm"),
+                                                 ("hang", "shm")])
+def test_a_dead_or_stuck_peer_fails_the_others_within_the_timeout(scenario, transport):
+    timeout = 4.0
+    env = {"TFX_SHM": "1" if transport == "shm" else "0", "TFX_TIMEOUT_S": str(timeout)}
+    t0 = time.monotonic()
+    results = procs.run(WORKER, scenario, 3, arg="2", env=env, timeout=60)
+    survivors = [r for r in results if r.rank != 2]
+    for r in survivors:
+        res = r.result
+        assert res["error"] is not None, f"rank {r.rank} did not fail"
+        assert "rank 2" in res["error"], res["error"]
+        # A dead peer is noticed at once (EOF); a stuck one within the timeout
+        # (the coordinator's timeout, plus the ring's own, plus a margin).
+        limit = 2 * timeout + 3 if scenario == "hang" else timeout + 2
+        assert res["error_after_s"] < limit, res
+        if scenario == "hang":
+            assert "timed out" in res["error"]
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_wrong_secret_is_rejected_on_both_sides():
+    results = procs.run(WORKER, "wrong_secret", 2, arg="1", env={"TFX_TIMEOUT_S": "3"}, timeout=30)
+    errors = {r.rank: r.error for r in results}
+    assert "RendezvousError" in errors[1] and "failed authentication" in errors[1]
+    assert "RendezvousError" in errors[0] and "failed authentication" in errors[0]
+    assert "TFX_JOB_SECRET" in errors[0] and "TFX_JOB_SECRET" in errors[1]
+
+
+def test_garbage_on_the_listener_is_rejected_and_the_listener_keeps_working():
+    addresses = procs.free_addresses(2)
+    p0, _ = procs.start(WORKER, "collectives_small", 2, addresses=addresses, ranks=[0])
+    host, port = addresses[0].split(":")
+    deadline = time.monotonic() + 20
+    while True:  # wait for rank 0 to listen
+        try:
+            s = socket.create_connection((host, int(port)), timeout=1)
+            break
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\x00" * 64)
+    s.settimeout(10)
+    assert s.recv(100) == b""  # rank 0 closed the connection
+    s.close()
+    p1, _ = procs.start(WORKER, "collectives_small", 2, addresses=addresses, ranks=[1])
+    results = procs.wait({**p0, **p1}, timeout=60)
+    for r in results:
+        assert r.result["transports"][1 - r.rank] in ("shm", "tcp")
+    assert "not a tfx_dist handshake" in results[0].stderr
+
+
+def test_multi_rank_without_a_secret_says_how_to_set_one(monkeypatch):
+    import sys
+    import types
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if "tfx_dist" not in sys.modules:
+        pkg = types.ModuleType("tfx_dist")
+        pkg.__path__ = [os.path.join(root, "tfx_dist")]
+        monkeypatch.setitem(sys.modules, "tfx_dist", pkg)
+    from tfx_dist.comm import Communicator
+
+    monkeypatch.delenv("TFX_JOB_SECRET", raising=False)
+    with pytest.raises(ValueError, match="TFX_JOB_SECRET"):
+        Communicator(0, 2, ["127.0.0.1:1", "127.0.0.1:2"])

@@ -1,0 +1,17 @@
+"""The TensorFlow ops (TfxAllReduce, TfxAllGather, TfxBroadcast) inside
+tf.function, across 2 real processes."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import comm_procs as procs  # noqa: E402
+
+
+def test_tf_ops_in_tf_function_across_two_processes():
+    results = procs.run("tf_worker.py", "tf", 2, timeout=180)
+    for r in results:
+        res = r.result
+        assert res["mismatch"] is not None and "ranks disagree" in res["mismatch"], res
+        assert "float32[2]" in res["mismatch"] and "float32[3]" in res["mismatch"]
+        print(f"rank {r.rank}: 4 KiB all-reduce in tf.function: {res['latency_ms']:.3f} ms")

@@ -1,0 +1,240 @@
+"""Cross-process collectives: one communicator per process, ring all-reduce,
+all-gather and broadcast over TCP or shared memory, with tensor fusion.
+
+Example (each process of a 2-process job runs this with its own rank; the
+tfx_dist launcher sets ``TFX_JOB_SECRET``)::
+
+    comm = Communicator(rank, 2, ["127.0.0.1:23456", "127.0.0.1:23457"])
+    total, = comm.allreduce_numpy([np.ones(4, np.float32)])   # [2, 2, 2, 2]
+    comm.close()
+
+Inside TensorFlow programs use `tfx_dist.comm.ops` (asynchronous TF kernels
+over the same communicator, passed by ``comm.handle``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+
+import numpy as np
+
+from tfx_dist import settings
+from tfx_dist.comm import _native
+from tfx_dist.comm.rendezvous import RendezvousError, connect_all
+
+__all__ = ["Communicator", "CollectiveError", "CollectiveTimeoutError", "CollectiveMismatchError",
+           "PeerConnectionError", "RendezvousError"]
+
+_NO_SECRET = (
+    "tfx_dist: a multi-process communicator needs a job secret to authenticate its connections, "
+    "and none was given. Set the environment variable TFX_JOB_SECRET to the same random value in "
+    "every process of the job, e.g. `export TFX_JOB_SECRET=$(python -c 'import secrets; "
+    "print(secrets.token_hex(32))')`, or pass secret=...; the tfx-dist-run launcher sets it for you.")
+
+
+class CollectiveError(RuntimeError):
+    """A collective failed; the message names this rank, the peer and the operation."""
+
+    code = 0
+
+
+class CollectiveTimeoutError(CollectiveError, TimeoutError):
+    code = 2
+
+
+class PeerConnectionError(CollectiveError, ConnectionError):
+    code = 3
+
+
+class CollectiveMismatchError(CollectiveError):
+    """The ranks disagree on what to reduce (names, shapes, dtypes, ...)."""
+
+    code = 5
+
+
+_ERRORS = {2: CollectiveTimeoutError, 3: PeerConnectionError, 5: CollectiveMismatchError}
+
+
+def _raise(code: int, message: bytes | str) -> None:
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    raise _ERRORS.get(code, CollectiveError)(message)
+
+
+class Communicator:
+    """The collective communicator of one process.
+
+    Connects to every other rank (each rank listens on ``addresses[rank]`` and
+    only there), authenticates every connection with the job secret, and
+    starts the runtime thread that negotiates and executes collectives.
+
+    Args:
+      rank: this process's rank, in ``[0, size)``.
+      size: number of processes.
+      addresses: ``"host:port"`` of every rank, indexed by rank.
+      secret: the job secret (bytes or str); defaults to ``TFX_JOB_SECRET``.
+        Required when ``size > 1``.
+      timeout_s: bound on every wait (rendezvous, negotiation, one
+        collective); defaults to ``TFX_TIMEOUT_S``.
+      fusion_bucket_bytes: all-reduce fusion bucket size; defaults to
+        ``TFX_FUSION_THRESHOLD_BYTES``.
+      cycle_time_ms: minimum time between negotiation cycles; defaults to
+        ``TFX_CYCLE_TIME_MS``.
+      compression: ``"none"``, ``"float16"`` or ``"bfloat16"``: the wire format
+        of float32 all-reduces; defaults to ``TFX_COMPRESSION``.
+      shm: use shared memory between same-host ranks; defaults to ``TFX_SHM``.
+
+    Raises:
+      ValueError: bad arguments, or no secret with ``size > 1``.
+      RendezvousError: the ranks could not be connected within the timeout,
+        or a peer failed authentication.
+    """
+
+    def __init__(self, rank: int, size: int, addresses: list[str], secret: bytes | str | None = None,
+                 timeout_s: float | None = None, fusion_bucket_bytes=None, cycle_time_ms=None,
+                 compression=None, shm: bool | None = None):
+        if size < 1 or not 0 <= rank < size:
+            raise ValueError(f"Expected 0 <= rank < size. Received: rank={rank}, size={size}")
+        if len(addresses) != size:
+            raise ValueError(f"Expected one address per rank ({size}). Received: {addresses!r}")
+        self.rank, self.size = int(rank), int(size)
+        self.addresses = list(addresses)
+        self.timeout_s = float(settings.get("TFX_TIMEOUT_S", timeout_s))
+        self.compression = str(settings.get("TFX_COMPRESSION", compression))
+        if self.compression not in _native.COMPRESSIONS:
+            raise ValueError(f"Expected compression to be one of {sorted(_native.COMPRESSIONS)}. "
+                             f"Received: compression={self.compression!r}")
+        if secret is None:
+            secret = settings.get("TFX_JOB_SECRET") or None
+        if isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        if size > 1 and not secret:
+            raise ValueError(_NO_SECRET)
+        options = _native.Options(
+            timeout_s=self.timeout_s,
+            bucket_bytes=int(settings.get("TFX_FUSION_THRESHOLD_BYTES", fusion_bucket_bytes)),
+            cycle_time_ms=float(settings.get("TFX_CYCLE_TIME_MS", cycle_time_ms)),
+            use_shm=int(bool(settings.get("TFX_SHM", shm))),
+            chunk_bytes=int(settings.get("TFX_CHUNK_BYTES")))
+        lib = _native.lib()
+        if size > 1:
+            conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s)
+        else:
+            conns = None
+        data = conns.data_fds if conns else [-1]
+        ctrl = conns.ctrl_fds if conns else [-1]
+        same = [int(x) for x in conns.same_host] if conns else [0]
+        err = ctypes.create_string_buffer(_native.ERR_LEN)
+        self.handle = int(lib.tfx_comm_create(
+            self.rank, self.size, _native.int_array(ctypes.c_int32, data),
+            _native.int_array(ctypes.c_int32, ctrl), _native.int_array(ctypes.c_int32, same),
+            ctypes.byref(options), err, _native.ERR_LEN))
+        if self.handle == 0:
+            raise RendezvousError(err.value.decode("utf-8", "replace"))
+        self._names = itertools.count()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def transport(self, peer: int) -> str:
+        """How this rank talks to ``peer``: ``"tcp"``, ``"shm"`` or ``"self"``."""
+        out = ctypes.create_string_buffer(16)
+        _native.lib().tfx_comm_transport(self.handle, peer, out, 16)
+        return out.value.decode()
+
+    def _name(self, kind: str, name: str | None) -> str:
+        return name if name else f"numpy.{kind}.{next(self._names)}"
+
+    def _run(self, entries: list) -> tuple[int, int]:
+        if self._closed:
+            raise CollectiveError(f"tfx_dist rank {self.rank}: the communicator is closed")
+        arr = (_native.Entry * max(1, len(entries)))(*entries)
+        gathered = ctypes.c_void_p()
+        dim0 = ctypes.c_int64()
+        err = ctypes.create_string_buffer(_native.ERR_LEN)
+        code = _native.lib().tfx_comm_run(self.handle, arr, len(entries), ctypes.byref(gathered),
+                                          ctypes.byref(dim0), err, _native.ERR_LEN)
+        if code != 0:
+            if gathered.value:
+                _native.lib().tfx_comm_free(gathered)
+            _raise(code, err.value)
+        return gathered.value, dim0.value
+
+    @staticmethod
+    def _entry(name, op, array, out, reduction=0, compression=0, root=0, keep=None):
+        dims = _native.int_array(ctypes.c_int64, array.shape)
+        keep.append(dims)
+        return _native.Entry(
+            name=name.encode(), op=op, dtype=_native.dtype_code(array.dtype), reduction=reduction,
+            compression=compression, root=root, ndims=array.ndim, dims=dims,
+            input=array.ctypes.data, output=out.ctypes.data if out is not None else None,
+            alloc=_native.ALLOC_FN(), alloc_arg=None, done=_native.DONE_FN(), done_arg=None)
+
+    def allreduce_numpy(self, arrays, reduction: str = "sum", name: str | None = None,
+                        compression: str | None = None) -> list[np.ndarray]:
+        """All-reduces numpy arrays across ranks (fused into one negotiation).
+
+        Args:
+          arrays: list of arrays (float16, bfloat16, float32, float64, int32, int64).
+          reduction: ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
+          name: names this call; must be the same on every rank (default: a
+            per-communicator counter, which matches when ranks make the same calls).
+          compression: overrides the communicator's wire compression.
+
+        Returns:
+          New arrays with the reduction over ranks.
+        """
+        if reduction not in _native.REDUCTIONS:
+            raise ValueError(f"Expected reduction in {sorted(_native.REDUCTIONS)}. Received: {reduction!r}")
+        comp = _native.COMPRESSIONS[compression or self.compression]
+        name = self._name("allreduce", name)
+        ins = [np.ascontiguousarray(a) for a in arrays]
+        outs = [np.empty_like(a) for a in ins]
+        keep = []
+        entries = [self._entry(f"{name}/{i}", _native.OP_ALLREDUCE, a, o, _native.REDUCTIONS[reduction],
+                               comp, keep=keep) for i, (a, o) in enumerate(zip(ins, outs))]
+        self._run(entries)
+        return outs
+
+    def allgather_numpy(self, array, name: str | None = None) -> np.ndarray:
+        """Concatenates every rank's array on dimension 0 (dim 0 may differ per rank)."""
+        a = np.ascontiguousarray(array)
+        if a.ndim == 0:
+            raise ValueError("allgather needs an array of rank >= 1 (it concatenates on dimension 0)")
+        keep = []
+        entry = self._entry(self._name("allgather", name), _native.OP_ALLGATHER, a, None, keep=keep)
+        ptr, dim0 = self._run([entry])
+        out = np.empty((dim0,) + a.shape[1:], a.dtype)
+        if out.nbytes:
+            ctypes.memmove(out.ctypes.data, ptr, out.nbytes)
+        _native.lib().tfx_comm_free(ptr)
+        return out
+
+    def broadcast_numpy(self, arrays, root: int = 0, name: str | None = None) -> list[np.ndarray]:
+        """Every rank receives root's arrays (same shapes and dtypes on every rank)."""
+        name = self._name("broadcast", name)
+        ins = [np.ascontiguousarray(a) for a in arrays]
+        outs = [np.empty_like(a) for a in ins]
+        keep = []
+        entries = [self._entry(f"{name}/{i}", _native.OP_BROADCAST, a, o, root=root, keep=keep)
+                   for i, (a, o) in enumerate(zip(ins, outs))]
+        self._run(entries)
+        return outs
+
+    def close(self) -> None:
+        """Stops the runtime and closes the connections (pending collectives fail)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        _native.lib().tfx_comm_destroy(self.handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"Communicator(rank={self.rank}, size={self.size}, handle={self.handle})"
