@@ -14,10 +14,12 @@ support `value` being a nest" in TensorFlow); ``MirroredStrategy`` gets away
 with it because its reduce maps over the nest, but the multi-worker reduce
 hands the tuple to ``CollectiveAllReduce.reduce``, which tries to convert it
 to one tensor: "Attempt to convert a value (PerReplica: ...) ... to a Tensor".
-Then Keras averages every log value with ``strategy.reduce("MEAN", v,
-axis=0)`` where ``v`` is a scalar, for which ``Strategy.reduce`` raises
-"`axis` = 0 out of range". This strategy's ``reduce`` accepts nests and reduces
-scalars across replicas whatever the axis.
+Past that, the first train step fails too: for a multi-worker strategy Keras
+averages every log value with ``strategy.reduce("MEAN", v, axis=0)``, and the
+logs are scalars: "Invalid reduction dimension 0 for input with 0 dimensions"
+(seen with TensorFlow's strategy patched to map its reduce over nests). This
+strategy's ``reduce`` accepts nests and reduces scalars across replicas
+whatever the axis.
 
 Checkpoints follow TensorFlow's convention: every worker saves (saving may
 run collectives), the chief to the real path and the others to temporary
