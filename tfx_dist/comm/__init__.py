@@ -172,7 +172,7 @@ class Communicator:
             alloc=_native.ALLOC_FN(), alloc_arg=None, done=_native.DONE_FN(), done_arg=None)
 
     def allreduce_numpy(self, arrays, reduction: str = "sum", name: str | None = None,
-                        compression: str | None = None) -> list[np.ndarray]:
+                        compression: str | None = None, out=None) -> list[np.ndarray]:
         """All-reduces numpy arrays across ranks (fused into one negotiation).
 
         Args:
@@ -181,6 +181,8 @@ class Communicator:
           name: names this call; must be the same on every rank (default: a
             per-communicator counter, which matches when ranks make the same calls).
           compression: overrides the communicator's wire compression.
+          out: optional list of C-contiguous arrays (same shapes and dtypes) to
+            write the results to; may be ``arrays`` themselves (in place).
 
         Returns:
           New arrays with the reduction over ranks.
@@ -190,7 +192,16 @@ class Communicator:
         comp = _native.COMPRESSIONS[compression or self.compression]
         name = self._name("allreduce", name)
         ins = [np.ascontiguousarray(a) for a in arrays]
-        outs = [np.empty_like(a) for a in ins]
+        if out is None:
+            outs = [np.empty_like(a) for a in ins]
+        else:
+            outs = list(out)
+            for a, o in zip(ins, outs, strict=True):
+                if o.shape != a.shape or o.dtype != a.dtype or not o.flags.c_contiguous \
+                        or not o.flags.writeable:
+                    raise ValueError(f"Expected `out` arrays like the inputs (C-contiguous, "
+                                     f"writeable). Received: {o.dtype}{list(o.shape)} for "
+                                     f"{a.dtype}{list(a.shape)}")
         keep = []
         entries = [self._entry(f"{name}/{i}", _native.OP_ALLREDUCE, a, o, _native.REDUCTIONS[reduction],
                                comp, keep=keep) for i, (a, o) in enumerate(zip(ins, outs))]

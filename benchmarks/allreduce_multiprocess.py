@@ -1,0 +1,298 @@
+"""Cross-process float32 sum all-reduce: tfx_dist.comm vs TensorFlow's own.
+
+Runs N real processes on loopback for each implementation, in the same run:
+
+  * ``tfx (tf.function)``: `tfx_dist.comm.ops.all_reduce` inside a
+    ``tf.function`` (what a training step pays),
+  * ``tfx (numpy)``: `Communicator.allreduce_numpy` in place (the runtime
+    without TensorFlow around it),
+  * ``tf MWMS RING``: ``tf.distribute.MultiWorkerMirroredStrategy`` with the
+    RING implementation, one all-reduce in a ``tf.function`` (its own
+    processes: two strategies in one process collide),
+
+plus this machine's limits measured in the same run: one loopback TCP stream
+(one way) and memcpy. Reports median latency, algbw = bytes / time and
+busbw = algbw * 2(n-1)/n (as nccl-tests does). Writes a JSON file and a
+markdown section.
+
+    python benchmarks/allreduce_multiprocess.py --quick
+    python benchmarks/allreduce_multiprocess.py --nprocs 2 4 --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KIB, MIB = 1 << 10, 1 << 20
+FULL_SIZES = [4 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB]
+QUICK_SIZES = [4 * KIB, 256 * KIB, 4 * MIB, 64 * MIB]
+IMPLS = ("tfx_tf", "tfx_numpy", "tf_mwms")
+LABELS = {"tfx_tf": "tfx (tf.function)", "tfx_numpy": "tfx (numpy)", "tf_mwms": "tf MWMS RING"}
+
+
+def _repeats(nbytes: int, quick: bool) -> int:
+    budget = (64 if quick else 256) * MIB  # bytes per size and implementation, roughly
+    return int(max(3 if quick else 5, min(200 if quick else 500, budget // nbytes)))
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+# --------------------------------------------------------------------------- workers
+
+def _time_loop(fn, nbytes: int, quick: bool) -> list[float]:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(_repeats(nbytes, quick)):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _worker_tfx(impl: str, rank: int, addresses: list[str], sizes: list[int], quick: bool) -> dict:
+    import numpy as np
+
+    if impl == "tfx_numpy":  # no TensorFlow in this process
+        import types
+
+        pkg = types.ModuleType("tfx_dist")
+        pkg.__path__ = [os.path.join(ROOT, "tfx_dist")]
+        sys.modules["tfx_dist"] = pkg
+    sys.path.insert(0, ROOT)
+    from tfx_dist.comm import Communicator
+
+    comm = Communicator(rank, len(addresses), addresses, timeout_s=120)
+    out = {"transport": comm.transport((rank + 1) % len(addresses)) if len(addresses) > 1 else "self"}
+    if impl == "tfx_tf":
+        import tensorflow as tf
+
+        from tfx_dist.comm import ops
+
+        step = tf.function(lambda t: ops.all_reduce([t], comm, name="bench")[0])
+        for nbytes in sizes:
+            x = tf.ones([nbytes // 4], tf.float32)
+            out[str(nbytes)] = _time_loop(lambda: step(x), nbytes, quick)
+            first = step(x).numpy()[:1]
+            assert first[0] == len(addresses), first
+    else:
+        for nbytes in sizes:
+            x = np.ones(nbytes // 4, np.float32)
+            out[str(nbytes)] = _time_loop(lambda: comm.allreduce_numpy([x], name="bench", out=[x]),
+                                          nbytes, quick)
+    comm.close()
+    return out
+
+
+def _worker_tf_mwms(rank: int, addresses: list[str], sizes: list[int], quick: bool) -> dict:
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": addresses},
+                                          "task": {"type": "worker", "index": rank}})
+    import tensorflow as tf
+
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+    def make_step(x):
+        # The tensor enters through a closure: passing it in args= fails
+        # under MWMS here ("destinations can not be empty").
+        @tf.function
+        def step():
+            return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.identity(x)))
+        return step
+
+    out = {"transport": "grpc"}
+    for nbytes in sizes:
+        step = make_step(tf.ones([nbytes // 4], tf.float32))
+        out[str(nbytes)] = _time_loop(step, nbytes, quick)
+        assert float(step().numpy()[0]) == len(addresses)
+    return out
+
+
+def _worker_main(args) -> None:
+    addresses = json.loads(args.addresses)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.worker == "tf_mwms":
+        res = _worker_tf_mwms(args.rank, addresses, sizes, args.quick)
+    else:
+        res = _worker_tfx(args.worker, args.rank, addresses, sizes, args.quick)
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+# --------------------------------------------------------------------------- limits
+
+def measure_memcpy(nbytes: int = 64 * MIB) -> float:
+    import numpy as np
+
+    a = np.ones(nbytes // 4, np.float32)
+    b = np.empty_like(a)
+    times = []
+    for _ in range(8):
+        t0 = time.perf_counter()
+        np.copyto(b, a)
+        times.append(time.perf_counter() - t0)
+    return nbytes / statistics.median(times[2:])
+
+
+def measure_tcp(nbytes: int = 64 * MIB, rounds: int = 6) -> float:
+    """One-way throughput of one loopback TCP stream (a receiver process)."""
+    receiver = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import socket,sys\n"
+            "s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(1)\n"
+            "print(s.getsockname()[1], flush=True)\n"
+            "c,_=s.accept(); buf=bytearray(1<<20); v=memoryview(buf); n=0\n"
+            "while True:\n"
+            "    r=c.recv_into(v)\n"
+            "    if not r: break\n"
+            "    n+=r\n"
+            f"    if n % {nbytes} == 0: c.sendall(b'k')\n")],
+        stdout=subprocess.PIPE, text=True)
+    port = int(receiver.stdout.readline())
+    sock = socket.create_connection(("127.0.0.1", port))
+    payload = memoryview(bytearray(nbytes))
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        sock.sendall(payload)
+        sock.recv(1)
+        times.append(time.perf_counter() - t0)
+    sock.close()
+    receiver.wait(timeout=30)
+    return nbytes / statistics.median(times[1:])
+
+
+# --------------------------------------------------------------------------- driver
+
+def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: float) -> dict:
+    addresses = [f"127.0.0.1:{p}" for p in _free_ports(nprocs)]
+    env = dict(os.environ, TFX_JOB_SECRET=os.environ.get("TFX_JOB_SECRET") or os.urandom(16).hex(),
+               TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--addresses",
+           json.dumps(addresses), "--sizes", ",".join(map(str, sizes))] + (["--quick"] if quick else [])
+    procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for r in range(nprocs)]
+    outs = []
+    try:
+        for p in procs:
+            o, e = p.communicate(timeout=timeout)
+            if p.returncode != 0:
+                raise RuntimeError(f"{impl} worker failed ({p.returncode}):\n{e[-3000:]}")
+            outs.append(json.loads(next(line for line in o.splitlines() if line.startswith("RESULT "))[7:]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    result = {"transport": outs[0]["transport"], "sizes": {}}
+    for nbytes in sizes:
+        # The slowest rank bounds the collective: take each rank's median, then the max.
+        med = max(statistics.median(o[str(nbytes)]) for o in outs)
+        algbw = nbytes / med
+        result["sizes"][str(nbytes)] = {"latency_ms": med * 1e3, "algbw_GBps": algbw / 1e9,
+                                        "busbw_GBps": algbw * 2 * (nprocs - 1) / nprocs / 1e9,
+                                        "repeats": len(outs[0][str(nbytes)])}
+    return result
+
+
+def _fmt_size(n: int) -> str:
+    return f"{n // MIB} MiB" if n >= MIB else f"{n // KIB} KiB"
+
+
+def markdown(report: dict) -> str:
+    lines = ["## Cross-process all-reduce (float32 sum, loopback)", "",
+             f"Machine: {report['machine']}; {report['date']}. Limits measured in the same run: "
+             f"one loopback TCP stream {report['limits']['tcp_one_way_GBps']:.2f} GB/s one way, "
+             f"memcpy {report['limits']['memcpy_GBps']:.2f} GB/s. Latency is the median over "
+             "repeats of the slowest rank; algbw = bytes / latency; busbw = algbw * 2(n-1)/n.", ""]
+    for n, by_impl in report["results"].items():
+        impls = [i for i in IMPLS if i in by_impl]
+        lines.append(f"### {n} processes")
+        lines.append("")
+        head = "| size | " + " | ".join(f"{LABELS[i]} ({by_impl[i]['transport']})" for i in impls)
+        if "tf_mwms" in impls and "tfx_tf" in impls:
+            head += " | speed-up (tf.function) |"
+        else:
+            head += " |"
+        lines.append(head)
+        lines.append("|---" * (len(impls) + 1 + ("tf_mwms" in impls and "tfx_tf" in impls)) + "|")
+        for size in report["sizes"]:
+            row = [f"| {_fmt_size(size)}"]
+            for i in impls:
+                r = by_impl[i]["sizes"][str(size)]
+                row.append(f"{r['latency_ms']:.3f} ms, {r['algbw_GBps']:.2f} GB/s algbw, "
+                           f"{r['busbw_GBps']:.2f} busbw")
+            if "tf_mwms" in impls and "tfx_tf" in impls:
+                ratio = by_impl["tf_mwms"]["sizes"][str(size)]["latency_ms"] / \
+                    by_impl["tfx_tf"]["sizes"][str(size)]["latency_ms"]
+                row.append(f"{ratio:.1f}x")
+            lines.append(" | ".join(row) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats, 2 processes")
+    parser.add_argument("--nprocs", type=int, nargs="+", default=None)
+    parser.add_argument("--sizes", default=None, help="comma-separated byte counts")
+    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results",
+                                                      "allreduce_multiprocess.json"))
+    parser.add_argument("--markdown", default=None, help="default: --out with .md")
+    parser.add_argument("--timeout", type=float, default=1800)
+    # Worker mode (internal).
+    parser.add_argument("--worker", choices=IMPLS)
+    parser.add_argument("--rank", type=int)
+    parser.add_argument("--addresses")
+    args = parser.parse_args()
+    if args.worker:
+        return _worker_main(args)
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
+        QUICK_SIZES if args.quick else FULL_SIZES)
+    nprocs = args.nprocs or ([2] if args.quick else [2, 4])
+    report = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+              "date": time.strftime("%Y-%m-%d %H:%M"), "sizes": sizes, "quick": args.quick,
+              "limits": {}, "results": {}}
+    report["limits"]["memcpy_GBps"] = measure_memcpy() / 1e9
+    report["limits"]["tcp_one_way_GBps"] = measure_tcp() / 1e9
+    print(f"limits: memcpy {report['limits']['memcpy_GBps']:.2f} GB/s, loopback TCP "
+          f"{report['limits']['tcp_one_way_GBps']:.2f} GB/s", flush=True)
+    for n in nprocs:
+        report["results"][str(n)] = {}
+        for impl in args.impls:
+            t0 = time.time()
+            report["results"][str(n)][impl] = run_impl(impl, n, sizes, args.quick, args.timeout)
+            summary = ", ".join(f"{_fmt_size(int(s))}: {r['latency_ms']:.3f} ms / {r['algbw_GBps']:.2f} GB/s"
+                                for s, r in report["results"][str(n)][impl]["sizes"].items())
+            print(f"{n} procs, {LABELS[impl]} [{time.time() - t0:.0f} s]: {summary}", flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    md_path = args.markdown or os.path.splitext(args.out)[0] + ".md"
+    with open(md_path, "w") as f:
+        f.write(markdown(report) + "\n")
+    print(markdown(report))
+    print(f"wrote {args.out} and {md_path}")
+
+
+if __name__ == "__main__":
+    main()
