@@ -110,6 +110,9 @@ def test_build_matches_build_ops(installed):
         deps = _bazel("query", f'labels(deps, "{rule}")', timeout=300).stdout.split()
         bazel_deps = {d[len("//:"):-len("_import")] for d in deps if d.endswith("_import")}
         assert bazel_deps == set(lib.deps), f"{lib.name}: deps disagree"
+        rule_text = _bazel("query", "--output=build", rule, timeout=300).stdout
+        for flag in lib.link_flags:
+            assert f'"{flag}"' in rule_text, f"{lib.name}: link flag {flag} missing in BUILD"
         assert os.path.isfile(os.path.join(installed, lib.name + ".so")), lib.name
 
 
