@@ -378,6 +378,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     def _save_model(self):
         strategy = self._strategy()
         target = write_dirpath(self.backup_dir, strategy)
+        # Keras checks `exists` then `makedirs`: another worker creating its temp
+        # folder inside backup_dir in between would make that fail.
+        os.makedirs(target, exist_ok=True)
         if target == self.backup_dir:
             return super()._save_model()
         real = (self.backup_dir, self._weights_path, self._training_metadata_path,

@@ -30,7 +30,7 @@ def test_backup_and_restore_resumes_a_killed_job(tmp_path):
 
     shared = tmp_path / "shared_crash"
     crashed = _run(tmp_path, "crash", shared, check=False)
-    assert crashed[1].returncode == 3
+    assert crashed[1].returncode == 3, "\n".join(r.describe() for r in crashed)
     assert os.path.exists(shared / "backup" / "latest.weights.h5")
     assert not [f for f in os.listdir(shared / "backup") if f.startswith("workertemp")]
 
