@@ -3,20 +3,37 @@
 Change one line, ``tf.distribute.MirroredStrategy()`` to
 ``tfx_dist.MirroredStrategy()``, and the rest of a Keras or custom training
 program stays as it is.
+
+The public names load lazily: ``import tfx_dist`` costs nothing (the launcher
+``tfx-dist-run`` and ``tfx_dist.cluster`` need no TensorFlow), and the first
+use of a strategy or op imports TensorFlow and loads the op libraries, raising
+`tfx_dist.OpLibraryError` (with how to rebuild) if they are missing or were
+built for another TensorFlow.
 """
+
+import importlib
 
 __version__ = "0.1.0"
 
-from tfx_dist._ops import OpLibraryError
-from tfx_dist.central_storage_strategy import CentralStorageStrategy
-from tfx_dist.cross_device_ops import FusedAllReduce
-from tfx_dist.fused_reduce import fused_reduce
-from tfx_dist.mirrored_strategy import MirroredStrategy
+# Public name -> module that defines it.
+_EXPORTS = {
+    "CentralStorageStrategy": "tfx_dist.central_storage_strategy",
+    "FusedAllReduce": "tfx_dist.cross_device_ops",
+    "MirroredStrategy": "tfx_dist.mirrored_strategy",
+    "OpLibraryError": "tfx_dist._ops",
+    "fused_reduce": "tfx_dist.fused_reduce",
+}
 
-__all__ = [
-    "CentralStorageStrategy",
-    "FusedAllReduce",
-    "MirroredStrategy",
-    "OpLibraryError",
-    "fused_reduce",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'tfx_dist' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -9,6 +9,12 @@ pyproject.toml). A TensorFlow upgrade that moves these names touches this file o
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib  # noqa: F401
 # Wraps per-device results as Mirrored/PerReplica values.
 from tensorflow.python.distribute import distribute_utils  # noqa: F401
+# MirroredExtended: specialised by tfx_dist.MirroredStrategy; its device setup
+# and per-replica initial values are reused by the multi-worker extended.
+from tensorflow.python.distribute import mirrored_strategy  # noqa: F401
+from tensorflow.python.distribute import mirrored_strategy as mirrored_lib  # noqa: F401
+# ParameterServerStrategyExtended: the extension of CentralStorageStrategy.
+from tensorflow.python.distribute import parameter_server_strategy as parameter_server_lib  # noqa: F401,E501
 # ReduceOp enum used internally (tf.distribute.ReduceOp is the same object).
 from tensorflow.python.distribute import reduce_util  # noqa: F401
 # DistributedValues classes (PerReplica, Mirrored).
@@ -21,8 +27,6 @@ from tensorflow.python.distribute import cross_device_utils  # noqa: F401
 from tensorflow.python.distribute import device_util  # noqa: F401
 # Strategy / StrategyExtended base classes (their __init__ and default replica all-reduce).
 from tensorflow.python.distribute import distribute_lib  # noqa: F401
-# MirroredExtended: single-worker device setup and per-replica initial values reused by the multi-worker extended.
-from tensorflow.python.distribute import mirrored_strategy  # noqa: F401
 # SingleDevice: the host input device of a strategy.
 from tensorflow.python.distribute import numpy_dataset  # noqa: F401
 # CheckpointInitialValue, unwrapped before broadcasting a variable's initial value.

@@ -4,7 +4,33 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfx_dist import _tf_compat as tfc
 from tfx_dist.cross_device_ops import FusedAllReduce
+
+
+class _CentralStorageExtended(tfc.parameter_server_lib.ParameterServerStrategyExtended):
+    """TensorFlow's extension, reducing onto the parameter device with our op.
+
+    One fix for Keras 3: its random layers (Dropout, ...) keep their seed in a
+    non-trainable variable with aggregation NONE and assign it in replica
+    context, which TensorFlow's AggregatingVariable refuses ("You must specify
+    an aggregation method"), so TensorFlow's own strategy fails on the first
+    `fit` of such a model. Every replica writes the same value there, so
+    taking the first replica's is exact, as each copy of MirroredStrategy
+    would hold.
+    """
+
+    def __init__(self, container_strategy, compute_devices, parameter_device, bucket_bytes):
+        super().__init__(container_strategy, compute_devices=compute_devices,
+                         parameter_device=parameter_device)
+        self._cross_device_ops = FusedAllReduce(reduce_to_device=self.parameter_devices[0],
+                                                bucket_bytes=bucket_bytes)
+
+    def _create_variable(self, next_creator, **kwargs):
+        if (not kwargs.get("trainable", True)
+                and kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE)):
+            kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        return super()._create_variable(next_creator, **kwargs)
 
 
 class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):
@@ -17,7 +43,8 @@ class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):
     an all-reduce), where the optimizer applies them.
 
     A drop-in for, and an instance of,
-    `tf.distribute.experimental.CentralStorageStrategy`.
+    `tf.distribute.experimental.CentralStorageStrategy`; unlike TensorFlow's,
+    it trains Keras 3 models with Dropout and other random layers.
 
     Example:
     ```python
@@ -39,12 +66,9 @@ class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):
 
     def __init__(self, compute_devices=None, parameter_device=None, *,
                  fusion_bucket_bytes=None):
-        super().__init__(compute_devices=compute_devices, parameter_device=parameter_device)
-        # TensorFlow reduces with add_n on its own; reduce to the device that
-        # holds the variables instead, so nothing is copied back.
-        self.extended._cross_device_ops = FusedAllReduce(  # pylint: disable=protected-access
-            reduce_to_device=self.extended.parameter_devices[0],
-            bucket_bytes=fusion_bucket_bytes)
+        # TensorFlow's __init__ only builds its own extended object: build ours.
+        tfc.distribute_lib.Strategy.__init__(self, _CentralStorageExtended(
+            self, compute_devices, parameter_device, fusion_bucket_bytes))
 
     @property
     def parameter_device(self) -> str:

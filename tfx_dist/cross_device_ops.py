@@ -108,7 +108,13 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
             per_device = [[values[d] for _, values in members] for d in range(num_devices)]
             with tf.device(device):
                 results = fused_reduce(per_device, reduction, bucket_bytes)
-            for (i, _), result in zip(members, results):
+            for (i, values), result in zip(members, results):
+                if reduction == "mean" and values[0].dtype.is_integer:
+                    # TensorFlow's integer mean is a true division (a float
+                    # result): keep that, from the fused sum.
+                    with tf.device(device):
+                        result = fused_reduce([[v] for v in values], "sum", bucket_bytes)[0]
+                        result = result / num_devices
                 reduced[i] = result
         return [self.broadcast(result, destinations)
                 for result, (_, destinations) in zip(reduced, value_destination_pairs)]

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfx_dist import _tf_compat as tfc
 from tfx_dist.cross_device_ops import FusedAllReduce
+
+
+class _FusedMirroredExtended(tfc.mirrored_lib.MirroredExtended):
+    """TensorFlow's MirroredExtended, but int32 values too go through our op.
+
+    TensorFlow sends int32 values to ReductionToOneDevice because NCCL has no
+    int32 path; the fused op has one. Under XLA (no merge call) TensorFlow's
+    collectives stay in charge: the fused op has no XLA kernel.
+    """
+
+    def _get_cross_device_ops(self, value):
+        if not self._use_merge_call():
+            return super()._get_cross_device_ops(value)
+        return self._cross_device_ops
 
 
 class MirroredStrategy(tf.distribute.MirroredStrategy):
@@ -37,4 +52,6 @@ class MirroredStrategy(tf.distribute.MirroredStrategy):
     def __init__(self, devices=None, cross_device_ops=None, *, fusion_bucket_bytes=None):
         if cross_device_ops is None:
             cross_device_ops = FusedAllReduce(bucket_bytes=fusion_bucket_bytes)
-        super().__init__(devices=devices, cross_device_ops=cross_device_ops)
+        # TensorFlow's __init__ only builds its own extended object: build ours.
+        tfc.distribute_lib.Strategy.__init__(
+            self, _FusedMirroredExtended(self, devices=devices, cross_device_ops=cross_device_ops))

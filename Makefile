@@ -1,0 +1,18 @@
+# The two commands of the README, and the benchmark.
+PYTHON ?= python3
+
+.PHONY: setup demo test bench
+
+setup:
+	bash scripts/setup.sh
+
+# A real 2-worker Keras training on this machine: two OS processes, our ring
+# all-reduce between them over loopback.
+demo: setup
+	$(PYTHON) -m tfx_dist.run -n 2 --timeout 900 $(PYTHON) examples/train_digits_multiworker.py
+
+test: setup
+	$(PYTHON) -m pytest tests -q
+
+bench: setup
+	$(PYTHON) benchmarks/run_all.py

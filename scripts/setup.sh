@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for tfx_dist: Python packages, Bazel (Debian's
+# offline package), and the op libraries built against the installed
+# TensorFlow. Safe to run again: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+log() { echo "[setup] $*"; }
+
+log "Python packages (TensorFlow 2.21 CPU, Keras 3.15, scikit-learn, matplotlib, pytest)"
+"$PYTHON" -m pip install -q --disable-pip-version-check \
+    "tensorflow-cpu==2.21.0" "keras==3.15.1" scikit-learn matplotlib pytest
+
+if [[ "${TFX_SKIP_BAZEL:-0}" != 1 ]] && ! command -v bazel >/dev/null; then
+    log "Bazel 4.2.3 from Debian (bazel-bootstrap; builds offline)"
+    SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get install -y -q bazel-bootstrap bazel-bootstrap-source >/dev/null 2>&1 || {
+        $SUDO apt-get update -q >/dev/null
+        $SUDO apt-get install -y -q bazel-bootstrap bazel-bootstrap-source >/dev/null
+    }
+fi
+
+log "tfx_dist, editable, with its op libraries"
+"$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+# The editable install builds the ops too, but setuptools hides a failure
+# there: build again in the open, so that an error stops setup (a no-op when
+# everything is up to date).
+"$PYTHON" build_ops.py
