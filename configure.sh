@@ -245,9 +245,9 @@ for name in os.listdir(root):
     if name.startswith("bazel-") and os.path.islink(link):
         if not os.path.realpath(link).startswith(expected + os.sep):
             os.remove(link)
-rc += [
-      f"build --action_env=PYTHON_BIN_PATH={sys.executable}",
-      "build:cuda --define=tfx_cuda=1"]
+# (No --action_env=PYTHON_BIN_PATH: no action runs Python, and a different
+# spelling of the same interpreter would invalidate every cached action.)
+rc += ["build:cuda --define=tfx_cuda=1"]
 if cuda_default:
     rc.append("build --config=cuda")
 write(os.path.join(root, ".bazelrc.user"), "\n".join(rc) + "\n")
