@@ -86,7 +86,10 @@ def test_garbage_on_the_listener_is_rejected_and_the_listener_keeps_working():
             time.sleep(0.05)
     s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\x00" * 64)
     s.settimeout(10)
-    assert s.recv(100) == b""  # rank 0 closed the connection
+    try:  # rank 0 drops the connection (a reset when our garbage was left unread)
+        assert s.recv(100) == b""
+    except ConnectionResetError:
+        pass
     s.close()
     p1, _ = procs.start(WORKER, "collectives_small", 2, addresses=addresses, ranks=[1])
     results = procs.wait({**p0, **p1}, timeout=60)

@@ -45,6 +45,10 @@ class Pair {
   // A descriptor poll() can wait on for both directions, or -1 when the
   // transport must be polled by spinning (shared memory).
   virtual int poll_fd() const = 0;
+  // For transports without a pollable fd: sleeps until the peer signals
+  // progress in the wanted direction(s) or timeout_us passes; returns false
+  // when the transport cannot block (then the caller spins).
+  virtual bool Block(bool want_recv, bool want_send, int timeout_us) { return false; }
   // Cheap check that the peer is still there (shared memory has no EOF).
   virtual Status CheckAlive() { return Status::Ok(); }
   // Wakes the peer out of any wait and makes further I/O fail (on errors).

@@ -1,7 +1,9 @@
 #include "custom_ops/comm/core/transport/shm_pair.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,7 +27,9 @@ struct ShmRing {
   uint32_t slot_bytes;
   alignas(64) std::atomic<uint64_t> head;  // written by the producer only
   alignas(64) std::atomic<uint64_t> tail;  // written by the consumer only
-  alignas(64) uint32_t lengths[kSlots];    // bytes in each slot
+  alignas(64) std::atomic<uint32_t> doorbell;  // futex word of the consumer (the creator)
+  std::atomic<uint32_t> sleeping;              // the consumer waits on doorbell
+  alignas(64) uint32_t lengths[kSlots];        // bytes in each slot
 
   static size_t Bytes() { return kDataOffset + size_t{kSlots} * kSlotBytes; }
   char* slot(uint64_t index) {
@@ -71,6 +75,8 @@ ShmRing* CreateRing(std::string* name) {
     ring->slot_bytes = kSlotBytes;
     ring->head.store(0);
     ring->tail.store(0);
+    ring->doorbell.store(0);
+    ring->sleeping.store(0);
     return ring;
   }
   return nullptr;
@@ -157,12 +163,40 @@ void ShmPair::Shutdown() {
 Status ShmPair::CheckAlive() {
   char c;
   ssize_t r = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || shut_down_) {
-    return Status(Code::kConnectionClosed,
-                  "connection to rank " + std::to_string(peer_) +
-                      " (shared memory) closed: the peer process exited, crashed or closed its communicator");
+  const bool closed =
+      shut_down_ || r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  if (!closed) return Status::Ok();
+  // A peer that finished its collective and closed may have left data for us
+  // (it published before closing, so this check after seeing the close is
+  // not racy): it is only gone for good once nothing of it is left to read.
+  if (!shut_down_ && in_->head.load(std::memory_order_acquire) > in_->tail.load(std::memory_order_relaxed))
+    return Status::Ok();
+  return Status(Code::kConnectionClosed,
+                "connection to rank " + std::to_string(peer_) +
+                    " (shared memory) closed: the peer process exited, crashed or closed its communicator");
+}
+
+void ShmPair::WakePeer() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (out_->sleeping.load(std::memory_order_relaxed) != 0) {
+    out_->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&out_->doorbell), FUTEX_WAKE, 1, nullptr, nullptr, 0);
   }
-  return Status::Ok();
+}
+
+bool ShmPair::Block(bool want_recv, bool want_send, int timeout_us) {
+  if (shut_down_) return true;
+  in_->sleeping.store(1, std::memory_order_seq_cst);
+  const uint32_t token = in_->doorbell.load(std::memory_order_seq_cst);
+  const bool ready =
+      (want_recv && in_->head.load(std::memory_order_seq_cst) > in_->tail.load(std::memory_order_relaxed)) ||
+      (want_send && out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_seq_cst) < kSlots);
+  if (!ready) {
+    timespec ts{timeout_us / 1000000, (timeout_us % 1000000) * 1000L};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&in_->doorbell), FUTEX_WAIT, token, &ts, nullptr, 0);
+  }
+  in_->sleeping.store(0, std::memory_order_relaxed);
+  return true;
 }
 
 Status ShmPair::TrySend(const char* data, size_t n, size_t* moved) {
@@ -178,12 +212,14 @@ Status ShmPair::TrySend(const char* data, size_t n, size_t* moved) {
     out_->head.store(head, std::memory_order_release);
     *moved += piece;
   }
+  if (*moved > 0) WakePeer();
   return Status::Ok();
 }
 
 Status ShmPair::TryRecv(const RecvSink& sink, size_t n, size_t* moved) {
   *moved = 0;
   if (shut_down_) return CheckAlive();
+  bool freed = false;
   uint64_t tail = in_->tail.load(std::memory_order_relaxed);
   const uint64_t head = in_->head.load(std::memory_order_acquire);
   while (n > *moved && tail < head) {
@@ -201,8 +237,10 @@ Status ShmPair::TryRecv(const RecvSink& sink, size_t n, size_t* moved) {
       read_offset_ = 0;
       ++tail;
       in_->tail.store(tail, std::memory_order_release);
+      freed = true;
     }
   }
+  if (freed) WakePeer();
   return Status::Ok();
 }
 

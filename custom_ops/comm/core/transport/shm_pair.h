@@ -8,6 +8,12 @@
 // and frees it by advancing `tail`. Every piece starts at a slot boundary and
 // slots are multiples of 8 bytes, so pieces hold whole elements.
 //
+// Waiting: each ring header holds a doorbell (a futex word) and a "sleeping"
+// flag for the ring's consumer. A process waits on the doorbell of its
+// incoming ring; its peer rings that doorbell (the peer's outgoing ring)
+// after publishing data and after freeing slots, but only when the flag says
+// someone sleeps, so the fast path makes no system call.
+//
 // The segment names travel over the pair's TCP connection, which the
 // rendezvous has already authenticated; that connection stays open so that
 // the death of the peer is seen (shared memory has no EOF).
@@ -37,11 +43,13 @@ class ShmPair : public Pair {
   Status TrySend(const char* data, size_t n, size_t* moved) override;
   Status TryRecv(const RecvSink& sink, size_t n, size_t* moved) override;
   int poll_fd() const override { return -1; }
+  bool Block(bool want_recv, bool want_send, int timeout_us) override;
   Status CheckAlive() override;
   void Shutdown() override;
 
  private:
   ShmPair(int rank, int peer, int fd, ShmRing* in, ShmRing* out);
+  void WakePeer();
 
   int fd_;
   ShmRing* in_;   // the peer writes, we read (created by us)

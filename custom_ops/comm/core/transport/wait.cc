@@ -10,8 +10,7 @@
 
 namespace tfx::comm {
 namespace {
-constexpr unsigned kSpinIters = 4000;    // pure spinning (a few microseconds)
-constexpr unsigned kYieldIters = 40000;  // then sched_yield, then naps
+constexpr unsigned kSpinIters = 2000;  // pure spinning (tens of microseconds), then sleep
 }  // namespace
 
 Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
@@ -32,20 +31,28 @@ Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
     if (r == 0 && deadline_.expired()) return Status(Code::kTimeout, "timed out");
     return Status::Ok();
   }
-  // Spin-wait (shared memory involved).
+  // Shared memory involved: spin briefly (the peer is usually microseconds
+  // away), then sleep on the transport's doorbell. With two different pairs
+  // to wait on, sleep in short naps on the receive side.
+  bool checked = false;
   if (idle_ < kSpinIters) {
     _mm_pause();
-  } else if (idle_ < kYieldIters) {
-    sched_yield();
   } else {
-    timespec nap{0, 50 * 1000};
-    nanosleep(&nap, nullptr);
+    Pair* target = recv_from != nullptr ? recv_from : send_to;
+    const bool both_same = recv_from == nullptr || send_to == nullptr || recv_from == send_to;
+    const bool want_send_here = send_to != nullptr && send_to == target;
+    if (!target->Block(recv_from != nullptr, want_send_here, both_same ? 2000 : 100)) {
+      timespec nap{0, 20 * 1000};
+      nanosleep(&nap, nullptr);
+    }
+    // Sleeping is slow already: check the peers and the deadline every time.
+    checked = true;
   }
-  if ((idle_ & 1023u) == 0) {
+  if (checked || (idle_ & 1023u) == 0) {
     if (recv_from != nullptr) TFX_RETURN_IF_ERROR(recv_from->CheckAlive());
     if (send_to != nullptr) TFX_RETURN_IF_ERROR(send_to->CheckAlive());
   }
-  if ((idle_ & 63u) == 0 && deadline_.expired()) return Status(Code::kTimeout, "timed out");
+  if ((checked || (idle_ & 63u) == 0) && deadline_.expired()) return Status(Code::kTimeout, "timed out");
   return Status::Ok();
 }
 
