@@ -1,0 +1,194 @@
+"""Runs every tfx_dist benchmark and writes BENCHMARKS.md.
+
+    python benchmarks/run_all.py           # full run (about 15 minutes on 2 cores)
+    python benchmarks/run_all.py --quick   # smoke run
+    make bench                             # the same as the full run
+
+Each benchmark is its own script, run here as a subprocess (the benchmarks set
+up logical devices before TensorFlow starts, and some start processes of
+their own). The convention every script follows: it accepts ``--quick`` and
+``--out PATH.json`` and writes a markdown section to ``PATH.md`` beside the
+JSON. Optional scripts (written by others, possibly not there yet) run when
+their file exists; BENCHMARKS.md says which were missing or failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUTPUT = os.path.join(common.ROOT, "BENCHMARKS.md")
+
+# (script, extra args in a full run, extra args in a quick run, required)
+BENCHMARKS = [
+    ("local_allreduce.py", ["--diagnose"], [], True),
+    ("central_storage.py", [], [], True),
+    # Cross-process all-reduce: 2 and 4 processes, sizes cut to fit the time budget.
+    ("allreduce_multiprocess.py", ["--nprocs", "2", "4", "--sizes",
+                                   "4096,262144,4194304,67108864"], [], False),
+    # Multi-worker Keras fit throughput (planned).
+    ("multi_worker_fit.py", [], [], False),
+]
+
+
+def run_one(script: str, extra: list[str], quick: bool, timeout: float) -> dict:
+    path = os.path.join(HERE, script)
+    name = os.path.splitext(script)[0]
+    out = os.path.join(common.RESULTS, name + ".json")
+    if not os.path.exists(path):
+        return {"script": script, "status": "missing"}
+    cmd = [sys.executable, path, "--out", out] + (["--quick"] if quick else []) + extra
+    print(f"== {' '.join(cmd[1:])}", flush=True)
+    t0 = time.time()
+    if os.path.exists(out):
+        os.remove(out)
+    try:
+        proc = subprocess.run(cmd, cwd=common.ROOT, timeout=timeout, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        log, rc = proc.stdout, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        log, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), None
+    wall = time.time() - t0
+    with open(os.path.join(common.RESULTS, name + ".log"), "w") as f:
+        f.write(log)
+    md_path = os.path.splitext(out)[0] + ".md"
+    if rc != 0 or not os.path.exists(md_path):
+        status = "timed out" if rc is None else f"failed (exit {rc})"
+        print(f"   {status} after {wall:.0f} s; last lines:\n{log[-2000:]}", flush=True)
+        return {"script": script, "status": status, "wall_s": wall, "log_tail": log[-1500:],
+                "command": " ".join(["python"] + cmd[1:])}
+    print(f"   done in {wall:.0f} s", flush=True)
+    with open(md_path) as f:
+        section = f.read()
+    result = None
+    try:
+        with open(out) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        pass
+    return {"script": script, "status": "ok", "wall_s": wall, "markdown": section,
+            "result": result, "command": " ".join(["python", os.path.relpath(path, common.ROOT)]
+                                                   + cmd[2:])}
+
+
+def _relative(cmd: str) -> str:
+    return cmd.replace(common.ROOT + os.sep, "")
+
+
+def targets_summary(runs: dict) -> list[str]:
+    lines = []
+    la = runs.get("local_allreduce.py", {}).get("result")
+    if la and la.get("targets"):
+        t = la["targets"]
+        ns = t["never_slower_than_tf_best"]
+        lines.append(f"| local all-reduce: never slower than TF's best at any size | "
+                     f"{common.met(ns['ok'])} | "
+                     + "; ".join(f"{c['devices']} dev / {c['list']}: {c['ours_ms']:.2f} vs "
+                                 f"{c['tf_best_ms']:.2f} ms" for c in ns["cases"]) + " |")
+        if "4dev_64MiB_1.5x_faster_than_tf_best" in t:
+            s = t["4dev_64MiB_1.5x_faster_than_tf_best"]
+            b = t["4dev_64MiB_within_1.5x_of_bandwidth_bound"]
+            lines.append(f"| local all-reduce, 4 devices, 64 MiB: >= 1.5x faster than TF's best | "
+                         f"{common.met(s['ok'])} | {s['speedup']:.2f}x |")
+            lines.append(f"| local all-reduce, 4 devices, 64 MiB: within 1.5x of the memory-bandwidth "
+                         f"bound | {common.met(b['ok'])} | {b['ours_over_baseline_ms']:.2f} ms vs "
+                         f"{b['bound_ms']:.2f} ms bound ({b['x_bound']:.2f}x) |")
+    kf = runs.get("central_storage.py", {}).get("result")
+    if kf and "fit" in kf.get("benches", {}):
+        systems = kf["benches"]["fit"]["systems"]
+        best = max(systems[s]["steps_per_s"] for s in ("tf_mirrored_default", "tf_mirrored_r2od"))
+        ours = systems["tfx_mirrored"]["steps_per_s"]
+        lines.append(f"| Keras fit, tfx_dist.MirroredStrategy no slower than TF's (4 CPUs) | "
+                     f"{common.met(ours >= best)} | {ours:.1f} vs {best:.1f} steps/s "
+                     f"({ours / best:.2f}x) |")
+    if kf and "central" in kf.get("benches", {}):
+        systems = kf["benches"]["central"]["systems"]
+        ours, theirs = systems["tfx_central"]["step_ms"], systems["tf_central"]["step_ms"]
+        check = systems["tf_central"].get("dropout_check", {})
+        lines.append(f"| CentralStorageStrategy: step time vs TF's (no target set) | - | "
+                     f"{ours:.2f} vs {theirs:.2f} ms ({theirs / ours:.2f}x); TF's with Dropout: "
+                     f"{'trains' if check.get('ok') else 'fails'}, ours: "
+                     f"{'trains' if systems['tfx_central'].get('dropout_check', {}).get('ok') else 'fails'} |")
+    return lines
+
+
+def write_markdown(runs: dict, quick: bool, total_s: float) -> str:
+    import platform
+
+    info = common.machine_info()
+    for r in runs.values():
+        m = (r.get("result") or {}).get("machine") or {}
+        for key in ("tensorflow", "keras"):
+            if key in m and key not in info:
+                info[key] = m[key]
+    lines = ["# tfx_dist benchmarks", "",
+             f"Generated by `python benchmarks/run_all.py{' --quick' if quick else ''}` "
+             f"(`make bench` runs the full set) on {info['date']}, in {total_s / 60:.1f} min"
+             + (" — a **quick smoke run**: few repetitions, treat figures as rough." if quick else "."),
+             "",
+             f"Machine: {info['cores']} cores, {info['cpu']} ({info['machine']}), "
+             f"{info.get('mem_GiB', '?')} GiB; Python {platform.python_version()}, TensorFlow "
+             f"{info.get('tensorflow', '?')}, Keras {info.get('keras', '?')}, numpy {info['numpy']}; "
+             f"load average {os.getloadavg()[0]:.1f} at the end (the machine is shared: every table "
+             "compares its systems side by side in the same run, interleaved, and quotes medians "
+             "and ratios; absolute times from other runs are not comparable).", "",
+             "Rerun: `make bench` or `python benchmarks/run_all.py` (`--quick` for a smoke run); "
+             "each script also runs alone (see its docstring). Raw results: "
+             "`benchmarks/results/*.json`.", ""]
+    summary = targets_summary(runs)
+    if summary:
+        lines += ["## Targets", "", "| target | status | figures |", "|---|---|---|"] + summary + [""]
+    for script, r in runs.items():
+        if r["status"] == "ok":
+            lines += [r["markdown"].rstrip(), "", f"*Command: `{_relative(r['command'])}` "
+                      f"({r['wall_s']:.0f} s).*", ""]
+    missing = [s for s, r in runs.items() if r["status"] == "missing"]
+    failed = [(s, r) for s, r in runs.items() if r["status"] not in ("ok", "missing")]
+    if missing or failed:
+        lines += ["## Not run", ""]
+        lines += [f"- `benchmarks/{s}`: not in the tree yet." for s in missing]
+        for s, r in failed:
+            tail = r.get("log_tail", "").strip().splitlines()[-5:]
+            lines.append(f"- `benchmarks/{s}`: {r['status']} after {r['wall_s']:.0f} s "
+                         f"(`{_relative(r['command'])}`; log in benchmarks/results/): "
+                         + " / ".join(f"`{t.strip()[:200]}`" for t in tail))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: fewer sizes and repeats")
+    parser.add_argument("--only", nargs="+", default=None, help="scripts to run (default: all)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per script")
+    parser.add_argument("--output", default=OUTPUT)
+    args = parser.parse_args()
+    os.makedirs(common.RESULTS, exist_ok=True)
+    t0 = time.time()
+    runs = {}
+    for script, full_extra, quick_extra, required in BENCHMARKS:
+        if args.only and script not in args.only and os.path.splitext(script)[0] not in args.only:
+            continue
+        runs[script] = run_one(script, quick_extra if args.quick else full_extra, args.quick,
+                               args.timeout)
+        if required and runs[script]["status"] == "missing":
+            raise SystemExit(f"benchmarks/{script} is missing")
+    md = write_markdown(runs, args.quick, time.time() - t0)
+    with open(args.output, "w") as f:
+        f.write(md.rstrip() + "\n")
+    print(f"wrote {args.output} ({(time.time() - t0) / 60:.1f} min)")
+    if any(r["status"] not in ("ok", "missing") for r in runs.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
