@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from worker_lib import transport_kind
 from workers import run_workers
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "custom_loop.py")
@@ -14,6 +15,10 @@ def test_custom_loop_two_workers(tmp_path):
         results = [r.result for r in run_workers(f.read(), 2, str(tmp_path), timeout_s=150)]
     r0, r1 = results
     assert r0["num_replicas"] == r1["num_replicas"] == 2
+    expected = {"comm": "CommTransport", "python": "PyTransport"}[transport_kind()]
+    assert r0["transport"] == r1["transport"] == expected
+    # No TensorFlow server: every device is a local one.
+    assert not [d for d in r0["devices"] + r1["devices"] if "/job:worker" in d]
 
     # Training: the same losses and weights everywhere (dense and sparse variables).
     np.testing.assert_array_equal(r0["losses"], r1["losses"])

@@ -65,7 +65,7 @@ else:
                 os._exit(3)  # a worker dies: the job is killed and restarted
 
     backup = BackupAndRestore(os.path.join(SHARED, "backup"))
-    history = model.fit(x, y, batch_size=32, epochs=4, shuffle=False, verbose=0,
+    history = model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0,
                         callbacks=[backup, Crash()])
     out["epochs_run"] = len(history.history["loss"])
     out["loss"] = history.history["loss"]

@@ -9,7 +9,10 @@ from worker_lib import make_strategy, rank, regression_data, report
 
 strategy = make_strategy()
 me, n = rank(), strategy.extended._num_workers  # noqa: SLF001
-out = {"num_replicas": strategy.num_replicas_in_sync}
+out = {"num_replicas": strategy.num_replicas_in_sync,
+       "transport": type(strategy.extended._transport).__name__,  # noqa: SLF001
+       # TensorFlow's gRPC server would add /job:worker/... devices.
+       "devices": [d.name for d in tf.config.list_logical_devices()]}
 
 # -- strategy.run in a tf.function: dense Keras model + a sparse (IndexedSlices) table --
 GLOBAL_BATCH = 32

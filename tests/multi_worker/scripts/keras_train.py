@@ -20,7 +20,7 @@ from worker_lib import make_strategy, regression_data, report  # noqa: E402
 
 MODE = os.environ.get("MODE", "multi")
 INPUT = os.environ.get("INPUT", "numpy")
-EPOCHS = int(os.environ.get("EPOCHS", "3"))
+EPOCHS = int(os.environ.get("EPOCHS", "2"))
 GLOBAL_BATCH = 48
 
 x, y = regression_data(n=288)
