@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--strategy", choices=["mirrored", "central"], default="mirrored")
     parser.add_argument("--devices", type=int, default=4,
                         help="logical CPU devices to make when there is no GPU")
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--epochs", type=int, default=20)
     args = parser.parse_args()
 
     if not tf.config.list_physical_devices("GPU"):

@@ -36,9 +36,6 @@ SETTINGS = {
         Setting("TFX_FUSION_BUCKET_BYTES", 4 << 20, int,
                 "Bytes per fusion bucket: the fused reductions split a gradient list "
                 "into buckets of about this size and reduce each in one pass."),
-        Setting("TFX_REDUCE_THREADS", 0, int,
-                "Threads that reduce buckets on the CPU; 0 uses TensorFlow's "
-                "intra-op thread pool."),
         Setting("TFX_JOB_SECRET", "", str,
                 "Secret shared by the processes of one job (tfx-dist-run sets a fresh "
                 "`secrets.token_hex(32)` per job); empty when no launcher set one."),
