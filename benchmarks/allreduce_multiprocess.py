@@ -87,6 +87,10 @@ def _worker_tfx(impl: str, rank: int, addresses: list[str], sizes: list[int], qu
 
         from tfx_dist.comm import ops
 
+        # The floor: what any tf.function call costs on this machine right now.
+        trivial = tf.function(lambda t: t * 2.0)
+        small = tf.ones([1024], tf.float32)
+        out["tf_function_floor_ms"] = statistics.median(_time_loop(lambda: trivial(small), 4096, quick)) * 1e3
         step = tf.function(lambda t: ops.all_reduce([t], comm, name="bench")[0])
         for nbytes in sizes:
             x = tf.ones([nbytes // 4], tf.float32)
@@ -203,6 +207,8 @@ def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: flo
             if p.poll() is None:
                 p.kill()
     result = {"transport": outs[0]["transport"], "sizes": {}}
+    if "tf_function_floor_ms" in outs[0]:
+        result["tf_function_floor_ms"] = max(o["tf_function_floor_ms"] for o in outs)
     for nbytes in sizes:
         # The slowest rank bounds the collective: take each rank's median, then the max.
         med = max(statistics.median(o[str(nbytes)]) for o in outs)
@@ -227,6 +233,10 @@ def markdown(report: dict) -> str:
         impls = [i for i in IMPLS if i in by_impl]
         lines.append(f"### {n} processes")
         lines.append("")
+        if "tf_function_floor_ms" in by_impl.get("tfx_tf", {}):
+            lines.append(f"A trivial `tf.function` call (`t * 2.0` on 4 KiB) took "
+                         f"{by_impl['tfx_tf']['tf_function_floor_ms']:.3f} ms in the same processes.")
+            lines.append("")
         head = "| size | " + " | ".join(f"{LABELS[i]} ({by_impl[i]['transport']})" for i in impls)
         if "tf_mwms" in impls and "tfx_tf" in impls:
             head += " | speed-up (tf.function) |"
@@ -283,6 +293,8 @@ def main() -> None:
             report["results"][str(n)][impl] = run_impl(impl, n, sizes, args.quick, args.timeout)
             summary = ", ".join(f"{_fmt_size(int(s))}: {r['latency_ms']:.3f} ms / {r['algbw_GBps']:.2f} GB/s"
                                 for s, r in report["results"][str(n)][impl]["sizes"].items())
+            floor = report["results"][str(n)][impl].get("tf_function_floor_ms")
+            summary += f" (trivial tf.function: {floor:.3f} ms)" if floor else ""
             print(f"{n} procs, {LABELS[impl]} [{time.time() - t0:.0f} s]: {summary}", flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

@@ -10,7 +10,7 @@
 
 namespace tfx::comm {
 namespace {
-constexpr unsigned kSpinIters = 2000;  // pure spinning (tens of microseconds), then sleep
+constexpr unsigned kSpinIters = 200;  // pure spinning (tens of microseconds), then sleep
 }  // namespace
 
 Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
