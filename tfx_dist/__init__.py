@@ -17,9 +17,11 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it.
 _EXPORTS = {
+    "BackupAndRestore": "tfx_dist.multi_worker_mirrored_strategy",
     "CentralStorageStrategy": "tfx_dist.central_storage_strategy",
     "FusedAllReduce": "tfx_dist.cross_device_ops",
     "MirroredStrategy": "tfx_dist.mirrored_strategy",
+    "MultiWorkerMirroredStrategy": "tfx_dist.multi_worker_mirrored_strategy",
     "OpLibraryError": "tfx_dist._ops",
     "fused_reduce": "tfx_dist.fused_reduce",
 }
