@@ -52,6 +52,13 @@ Status ToEntry(const tfx_entry& in, int size, tfx::comm::Entry* out) {
     if (d < 0) return Status(Code::kInvalidArgument, "negative dimension");
   if (out->meta.op == OpType::kAllreduce && out->meta.dtype == DataType::kUInt8)
     return Status(Code::kInvalidArgument, "all-reduce does not support uint8");
+  const size_t bytes = out->meta.bytes();
+  if (bytes > 0 && in.input == nullptr) return Status(Code::kInvalidArgument, "no input buffer");
+  if (out->meta.op == OpType::kAllgather && in.alloc == nullptr)
+    return Status(Code::kInvalidArgument, "all-gather needs an output allocator");
+  if (out->meta.op != OpType::kAllgather && bytes > 0 && in.output == nullptr)
+    return Status(Code::kInvalidArgument, "no output buffer");
+  if (in.done == nullptr) return Status(Code::kInvalidArgument, "no completion callback");
   out->input = in.input;
   out->output = in.output;
   tfx_alloc_fn alloc = in.alloc;

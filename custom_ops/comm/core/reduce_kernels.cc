@@ -13,11 +13,19 @@ struct Min { template <typename T> static T Apply(T a, T b) { return b < a ? b :
 struct Max { template <typename T> static T Apply(T a, T b) { return a < b ? b : a; } };
 
 // Plain types: written so that gcc -O3 vectorises the loop.
+// In place (dst == a) gets its own loop: with a possibly aliasing dst, gcc
+// guards the vector loop with an overlap check that exact aliasing fails,
+// and runs the scalar loop instead.
 template <typename T, typename Op>
 void ReducePlain(void* dst, const void* a, const void* b, size_t n) {
-  T* d = static_cast<T*>(dst);  // may alias a (in-place reduction)
-  const T* x = static_cast<const T*>(a);
   const T* __restrict y = static_cast<const T*>(b);
+  if (dst == a) {
+    T* __restrict d = static_cast<T*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = Op::Apply(d[i], y[i]);
+    return;
+  }
+  T* __restrict d = static_cast<T*>(dst);
+  const T* __restrict x = static_cast<const T*>(a);
   for (size_t i = 0; i < n; ++i) d[i] = Op::Apply(x[i], y[i]);
 }
 

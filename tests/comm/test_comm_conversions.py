@@ -1,0 +1,69 @@
+"""float16/bfloat16 wire compression, checked in one process.
+
+With one rank an all-reduce with compression is exactly a float32 -> half ->
+float32 round trip through the runtime's conversion kernels, which must
+round like numpy/ml_dtypes (nearest even, subnormals, overflow, inf, nan).
+"""
+
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def comm():
+    if "tfx_dist" not in sys.modules:  # the numpy path needs no TensorFlow
+        pkg = types.ModuleType("tfx_dist")
+        pkg.__path__ = [os.path.join(ROOT, "tfx_dist")]
+        sys.modules["tfx_dist"] = pkg
+    from tfx_dist.comm import Communicator
+
+    c = Communicator(0, 1, ["127.0.0.1:1"])
+    yield c
+    c.close()
+
+
+def _values():
+    rng = np.random.default_rng(0)
+    special = np.array([0.0, -0.0, 1.0, -1.0, 65504.0, 65519.0, 65520.0, 1e6, -1e6, 6.1e-5, 6.0e-8,
+                        3.0e-8, 2.9e-8, 1e-10, np.inf, -np.inf, 1.0009765625, 1.00048828125,
+                        1.00146484375, 3.4e38], np.float32)
+    bits = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    bits = bits[np.isfinite(bits)]
+    return np.concatenate([special, rng.normal(0, 1000, 5000).astype(np.float32),
+                           rng.normal(0, 1e-5, 5000).astype(np.float32), bits])
+
+
+def test_float16_round_trip_matches_numpy(comm):
+    x = _values()
+    out, = comm.allreduce_numpy([x], compression="float16")
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(out, want)
+    nan, = comm.allreduce_numpy([np.array([np.nan], np.float32)], compression="float16")
+    assert np.isnan(nan[0])
+
+
+def test_bfloat16_round_trip_matches_ml_dtypes(comm):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = _values()
+    out, = comm.allreduce_numpy([x], compression="bfloat16")
+    np.testing.assert_array_equal(out, x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_compression_leaves_other_dtypes_alone(comm):
+    x = np.array([1.0000001, 3.14159265358979], np.float64)
+    out, = comm.allreduce_numpy([x], compression="float16")
+    np.testing.assert_array_equal(out, x)
+
+
+def test_mean_min_max_with_one_rank_are_the_identity(comm):
+    x = np.arange(-5, 6, dtype=np.int32)
+    for red in ("sum", "mean", "min", "max"):
+        out, = comm.allreduce_numpy([x], reduction=red)
+        np.testing.assert_array_equal(out, x)
