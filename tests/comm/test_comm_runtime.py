@@ -112,3 +112,15 @@ def test_multi_rank_without_a_secret_says_how_to_set_one(monkeypatch):
     monkeypatch.delenv("TFX_JOB_SECRET", raising=False)
     with pytest.raises(ValueError, match="TFX_JOB_SECRET"):
         Communicator(0, 2, ["127.0.0.1:1", "127.0.0.1:2"])
+
+
+def test_a_missing_peer_fails_the_rendezvous_within_the_timeout_naming_it():
+    # Two jobs of 2 ranks where one rank never starts: rank 0 alone waits for
+    # rank 1; rank 1 alone keeps trying to reach rank 0.
+    p0, _ = procs.start(WORKER, "collectives_small", 2, env={"TFX_TIMEOUT_S": "2"}, ranks=[0])
+    p1, _ = procs.start(WORKER, "collectives_small", 2, env={"TFX_TIMEOUT_S": "2"}, ranks=[1])
+    t0 = time.monotonic()
+    alone0, alone1 = procs.wait(p0, timeout=30)[0], procs.wait(p1, timeout=30)[0]
+    assert time.monotonic() - t0 < 20
+    assert "RendezvousError" in alone0.error and "waiting for rank(s) [1]" in alone0.error
+    assert "RendezvousError" in alone1.error and "connecting to rank 0" in alone1.error

@@ -207,7 +207,7 @@ class _Listener:
         while not self.done.wait(0.05):
             if time.monotonic() > self.deadline:
                 with self.lock:
-                    missing = sorted(r for c, r in self.expected - set(self.accepted))
+                    missing = sorted({r for c, r in self.expected - set(self.accepted)})
                     rejected = "; ".join(self.rejections[-5:])
                 raise RendezvousError(
                     f"tfx_dist rank {self.rank}: timed out waiting for rank(s) {missing} to connect to "
