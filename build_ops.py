@@ -134,8 +134,9 @@ def build_library(lib: Library, out_dir: str, build_dir: str, nvcc: str | None) 
     cuda = lib.cuda_sources() if nvcc else []
     if cuda:
         cuda_home = find_cuda_home(nvcc)
-        # The kernels' .cc files register GPU kernels under GOOGLE_CUDA.
-        cflags += ["-DGOOGLE_CUDA=1", "-I" + os.path.join(cuda_home, "include")]
+        # The kernels' .cc files register GPU kernels under GOOGLE_CUDA (and
+        # include no CUDA header: only nvcc sees those).
+        cflags += ["-DGOOGLE_CUDA=1"]
     # Objects live under a folder named by the flags, so a change of flags
     # (nvcc found, another TensorFlow) never reuses a stale object.
     tag = lib.name + "-" + hashlib.sha1(" ".join(cflags).encode()).hexdigest()[:10]

@@ -3,7 +3,7 @@
 Each setting has one environment variable, a default and a meaning. Code reads a
 setting through :func:`get`; constructor arguments override the environment.
 The README's settings table is generated from ``SETTINGS``
-(``python -m tfx_dist.settings --markdown``).
+(``python -m tfx_dist.settings --update-readme README.md``).
 """
 
 from __future__ import annotations
@@ -83,6 +83,24 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
+_BEGIN, _END = "<!-- settings:begin -->", "<!-- settings:end -->"
+
+
+def readme_with_table(readme: str) -> str:
+    """``readme`` with the text between the settings markers replaced by the table."""
+    head, rest = readme.split(_BEGIN, 1)
+    _, tail = rest.split(_END, 1)
+    return f"{head}{_BEGIN}\n{markdown_table()}\n{_END}{tail}"
+
+
 if __name__ == "__main__":
     if "--markdown" in sys.argv:
         print(markdown_table())
+    elif "--update-readme" in sys.argv:
+        path = sys.argv[sys.argv.index("--update-readme") + 1]
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(readme_with_table(text))
+    else:
+        sys.exit("usage: python -m tfx_dist.settings --markdown | --update-readme README.md")

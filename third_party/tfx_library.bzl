@@ -94,9 +94,14 @@ def tfx_library(name, source_globs, tensorflow = True, deps = [], cuda_globs = [
         linkopts.append("-Wl,-rpath,$$ORIGIN")
 
     cuda_objs = [_nvcc_object(name, src, tensorflow) for src in cuda_srcs]
+    cuda_copts = []
     cuda_linkopts = []
-    if CUDA_LIB_DIR != None:
-        cuda_linkopts = ["-L" + CUDA_LIB_DIR, "-lcudart"]
+    if CUDA_LIB_DIR != None and cuda_objs:
+        # As build_ops.py: the kernels' .cc files register their GPU kernels
+        # under GOOGLE_CUDA, and the static CUDA runtime lets the library load
+        # where no libcudart.so is on the loader path.
+        cuda_copts = ["-DGOOGLE_CUDA=1"]
+        cuda_linkopts = ["-L" + CUDA_LIB_DIR, "-lcudart_static", "-ldl", "-lrt"]
 
     so = "%s/%s.so" % (OPS_DIR, name)
     native.cc_binary(
@@ -105,9 +110,12 @@ def tfx_library(name, source_globs, tensorflow = True, deps = [], cuda_globs = [
             "//:cuda": cuda_objs,
             "//conditions:default": [],
         }),
-        copts = copts,
+        copts = copts + select({
+            "//:cuda": cuda_copts,
+            "//conditions:default": [],
+        }),
         linkopts = linkopts + select({
-            "//:cuda": cuda_linkopts if cuda_objs else [],
+            "//:cuda": cuda_linkopts,
             "//conditions:default": [],
         }),
         linkshared = True,

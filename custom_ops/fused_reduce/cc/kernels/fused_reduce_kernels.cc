@@ -1,16 +1,15 @@
 // TfxFusedReduce kernels: validate the device contributions, plan buckets,
 // reduce each bucket once (in parallel on the CPU), hand out the results.
 
-#if GOOGLE_CUDA
-#define EIGEN_USE_GPU
-#endif
-
 #include <vector>
 
 #include "custom_ops/fused_reduce/cc/kernels/fused_reduce.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/util/work_sharder.h"
+#if GOOGLE_CUDA
+#include "xla/stream_executor/stream.h"
+#endif
 
 namespace tfx_dist {
 
@@ -175,7 +174,8 @@ class FusedReduceGpu : public FusedReduceBase {
                 absl::InvalidArgumentError(absl::StrCat(
                     "TfxFusedReduce on GPU reduces at most ", kMaxGpuInputs,
                     " devices, got ", num_devices_)));
-    void* stream = const_cast<void*>(static_cast<const void*>(ctx->eigen_gpu_device().stream()));
+    // The raw cudaStream_t of the op's stream: this file needs no CUDA header.
+    void* stream = ctx->op_device_context()->stream()->platform_specific_handle().stream;
     const int num_tensors = outputs.size();
     std::vector<const void*> ptrs(num_devices_);
     for (int k = 0; k < num_tensors; ++k) {
