@@ -33,7 +33,7 @@ void CopyError(const std::string& msg, char* err, int32_t len) {
   err[len - 1] = '\0';
 }
 
-Status ToEntry(const tfx_entry& in, int size, tfx::comm::Entry* out) {
+Status ToEntry(const tfx_entry& in, tfx::comm::Entry* out) {
   using namespace tfx::comm;
   if (in.name == nullptr || in.name[0] == '\0') return Status(Code::kInvalidArgument, "a collective needs a name");
   if (in.op < 1 || in.op > 3) return Status(Code::kInvalidArgument, "unknown collective op code");
@@ -177,7 +177,7 @@ int32_t tfx_comm_submit(int64_t id, const tfx_entry* entries, int32_t n, char* e
   }
   std::vector<tfx::comm::Entry> converted(n);
   for (int i = 0; i < n; ++i) {
-    Status st = ToEntry(entries[i], comm->size(), &converted[i]);
+    Status st = ToEntry(entries[i], &converted[i]);
     if (!st.ok()) {
       CopyError("tfx_dist rank " + std::to_string(comm->rank()) + ": collective '" +
                     (entries[i].name ? entries[i].name : "") + "': " + st.message(), err, err_len);
