@@ -163,10 +163,13 @@ def bandwidth_summary(measurements: list[dict[str, float]]) -> dict:
 
 # --------------------------------------------------------------------------- timing
 
-def interleave(calls: dict[str, Callable[[], object]], rounds: int, inner: int = 1,
+def interleave(calls: dict[str, Callable[[], object]], rounds: int, inner: int | dict = 1,
                warmup: int = 2, seed: int = 0) -> dict[str, list[float]]:
     """Times every callable in `rounds` rounds of `inner` calls each, in a fresh
-    random order every round. Returns name -> per-call seconds (rounds*inner)."""
+    random order every round. Returns name -> per-call seconds (rounds*inner).
+
+    `inner` may be a dict name -> calls per round (default 1), so that a very
+    slow system does not eat the time budget of the others."""
     rng = random.Random(seed)
     names = list(calls)
     for name in names:
@@ -177,7 +180,7 @@ def interleave(calls: dict[str, Callable[[], object]], rounds: int, inner: int =
         rng.shuffle(names)
         for name in names:
             fn = calls[name]
-            for _ in range(inner):
+            for _ in range(inner.get(name, 1) if isinstance(inner, dict) else inner):
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)
