@@ -320,10 +320,12 @@ def targets(report: dict, big: str) -> dict:
     never_slower = []
     for n, by_list in cases.items():
         for name, case in by_list.items():
-            ours = case["systems"]["tfx_fused"]["over_baseline_ms"]
-            best = case["systems"][case["tf_best"]]["over_baseline_ms"]
+            r, b = case["systems"]["tfx_fused"], case["systems"][case["tf_best"]]
+            ours, best = r["over_baseline_ms"], b["over_baseline_ms"]
+            # "within noise": our median call is slower but inside TF's best's IQR.
             never_slower.append({"devices": int(n), "list": name, "ours_ms": ours,
-                                 "tf_best_ms": best, "ok": ours <= best})
+                                 "tf_best_ms": best, "ok": ours <= best,
+                                 "within_noise": ours > best and r["median_ms"] <= b["q3_ms"]})
     out = {"never_slower_than_tf_best": {"ok": all(c["ok"] for c in never_slower),
                                          "cases": never_slower}}
     if "4" in cases and big in cases["4"]:
@@ -368,6 +370,9 @@ def markdown(report: dict) -> str:
         for title, case in report["diagnostics"].items():
             lines += [f"### {title}, bound {case['bound_ms']:.2f} ms", "", _case_table(case), ""]
         return "\n".join(lines)
+    # Recomputed so that a re-render (run_all.py --render-only) uses today's rules.
+    first = next(iter(report["cases"].values()))
+    report["targets"] = targets(report, max(first, key=lambda k: first[k]["bytes"]))
     lines = ["## All-reduce across logical CPU devices of one process", "",
              "Every system reduces the same per-replica float32 lists with "
              "`cross_device_ops.batch_reduce(ReduceOp.SUM, [(per_replica, per_replica), ...])` in a "
@@ -400,7 +405,8 @@ def markdown(report: dict) -> str:
     if t:
         lines += ["### Targets", ""]
         ns = t["never_slower_than_tf_best"]
-        bad = [f"{c['devices']} devices / {c['list']} ({c['ours_ms']:.2f} vs {c['tf_best_ms']:.2f} ms)"
+        bad = [f"{c['devices']} devices / {c['list']} ({c['ours_ms']:.2f} vs {c['tf_best_ms']:.2f} ms"
+               + (", within noise" if c.get("within_noise") else "") + ")"
                for c in ns["cases"] if not c["ok"]]
         lines.append(f"- Never slower than TF's best (over baseline, medians) at any size: "
                      f"{common.met(ns['ok'])}" + (f"; slower at {', '.join(bad)}" if bad else ""))

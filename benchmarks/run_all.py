@@ -98,7 +98,10 @@ def targets_summary(runs: dict) -> list[str]:
         lines.append(f"| local all-reduce: never slower than TF's best at any size | "
                      f"{common.met(ns['ok'])} | "
                      + "; ".join(f"{c['devices']} dev / {c['list']}: {c['ours_ms']:.2f} vs "
-                                 f"{c['tf_best_ms']:.2f} ms" for c in ns["cases"]) + " |")
+                                 f"{c['tf_best_ms']:.2f} ms"
+                                 + (" (slower, within noise)" if c.get("within_noise") else
+                                    "" if c["ok"] else " (**slower**)")
+                                 for c in ns["cases"]) + " (ours vs TF's best, over baseline) |")
         if "4dev_64MiB_1.5x_faster_than_tf_best" in t:
             s = t["4dev_64MiB_1.5x_faster_than_tf_best"]
             b = t["4dev_64MiB_within_1.5x_of_bandwidth_bound"]
@@ -146,8 +149,8 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str) -> str:
              "",
              f"Machine: {info['cores']} cores, {info['cpu']} ({info['machine']}), "
              f"{info.get('mem_GiB', '?')} GiB; Python {platform.python_version()}, TensorFlow "
-             f"{info.get('tensorflow', '?')}, Keras {info.get('keras', '?')}, numpy {info['numpy']}; "
-             f"load average {info['loadavg_1m']:.1f} when this file was written (the machine is shared: every table "
+             f"{info.get('tensorflow', '?')}, Keras {info.get('keras', '?')}, numpy {info['numpy']} "
+             "(the machine is shared with other engineers' builds and tests: every table "
              "compares its systems side by side in the same run, interleaved, and quotes medians "
              "and ratios; absolute times from other runs are not comparable).", "",
              "Rerun: `make bench` or `python benchmarks/run_all.py` (`--quick` for a smoke run); "
