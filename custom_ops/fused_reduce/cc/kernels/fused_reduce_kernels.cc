@@ -62,13 +62,17 @@ class FusedReduceBase : public OpKernel {
                     num_devices_)));
     OP_REQUIRES_OK(ctx, Validate(inputs, num_tensors));
 
-    // The result of tensor k goes into device 0's input buffer when nothing
-    // else holds it, so no output is allocated in the common case.
+    // The result of tensor k goes into the buffer of a device's copy that
+    // nothing else holds (gradients, in a training step), so no output is
+    // allocated in the common case: a fresh allocation costs more than the
+    // reduction, since the kernel maps its pages in on first touch.
     std::vector<Tensor*> outputs(num_tensors);
     std::vector<int64_t> num_elements(num_tensors);
     std::vector<int> element_bytes(num_tensors);
+    std::vector<int> candidates(num_devices_);
     for (int k = 0; k < num_tensors; ++k) {
-      OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({k}, k, inputs[k].shape(),
+      for (int d = 0; d < num_devices_; ++d) candidates[d] = d * num_tensors + k;
+      OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output(candidates, k, inputs[k].shape(),
                                                                 &outputs[k]));
       num_elements[k] = inputs[k].NumElements();
       element_bytes[k] = tensorflow::DataTypeSize(inputs[k].dtype());
