@@ -1,4 +1,4 @@
-"""float16/bfloat16 wire compression, checked in one process.
+"""Single-process checks of the runtime: wire compression and fusion buckets.
 
 With one rank an all-reduce with compression is exactly a float32 -> half ->
 float32 round trip through the runtime's conversion kernels, which must
@@ -67,3 +67,20 @@ def test_mean_min_max_with_one_rank_are_the_identity(comm):
     for red in ("sum", "mean", "min", "max"):
         out, = comm.allreduce_numpy([x], reduction=red)
         np.testing.assert_array_equal(out, x)
+
+
+def test_fusion_packs_tensors_into_buckets_up_to_the_threshold():
+    from tfx_dist.comm import Communicator
+
+    arrays = [np.full(1000, i, np.float32) for i in range(10)]  # 4000 bytes each
+    with Communicator(0, 1, ["127.0.0.1:1"], fusion_bucket_bytes=10000) as small:
+        outs = small.allreduce_numpy(arrays)
+        assert [o[0] for o in outs] == list(range(10))
+        # Two tensors fit in 10000 bytes, three do not: 5 buckets.
+        assert small.stats()["allreduce_buckets"] == 5
+        assert small.stats()["allreduce_tensors"] == 10
+    with Communicator(0, 1, ["127.0.0.1:1"]) as big:
+        big.allreduce_numpy(arrays + [np.ones(3, np.int32)])
+        # float32 tensors in one bucket; the int32 one cannot share it.
+        assert big.stats()["allreduce_buckets"] == 2
+        assert big.stats()["allreduce_bytes"] == 40012

@@ -8,10 +8,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import comm_procs as procs  # noqa: E402
 
 
-def test_tf_ops_in_tf_function_across_two_processes():
-    results = procs.run("tf_worker.py", "tf", 2, timeout=180)
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_tf_ops_in_tf_function_across_two_processes(transport):
+    env = {"TFX_SHM": "1" if transport == "shm" else "0"}
+    results = procs.run("tf_worker.py", "tf", 2, env=env, timeout=180)
     for r in results:
         res = r.result
+        assert res["transport"] == transport
         assert res["mismatch"] is not None and "ranks disagree" in res["mismatch"], res
         assert "float32[2]" in res["mismatch"] and "float32[3]" in res["mismatch"]
         print(f"rank {r.rank}: 4 KiB all-reduce in tf.function: {res['latency_ms']:.3f} ms")

@@ -143,6 +143,14 @@ class Communicator:
         _native.lib().tfx_comm_transport(self.handle, peer, out, 16)
         return out.value.decode()
 
+    def stats(self) -> dict:
+        """Counters since creation: collectives executed (a fused bucket counts
+        once), all-reduce buckets, tensors in them, bytes all-reduced."""
+        out = (ctypes.c_int64 * 4)()
+        _native.lib().tfx_comm_stats(self.handle, out, 4)
+        return {"collectives": out[0], "allreduce_buckets": out[1], "allreduce_tensors": out[2],
+                "allreduce_bytes": out[3]}
+
     def _name(self, kind: str, name: str | None) -> str:
         return name if name else f"numpy.{kind}.{next(self._names)}"
 

@@ -78,6 +78,7 @@ def lib() -> ctypes.CDLL:
                                 ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
                                 ctypes.c_char_p, ctypes.c_int32]
     so.tfx_comm_free.argtypes = [ctypes.c_void_p]
+    so.tfx_comm_stats.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
     return so
 
 

@@ -158,6 +158,16 @@ int32_t tfx_comm_transport(int64_t id, int32_t peer, char* out, int32_t out_len)
   return 0;
 }
 
+int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n) {
+  auto comm = Find(id);
+  if (!comm) return static_cast<int32_t>(Code::kInvalidArgument);
+  const auto& st = comm->stats();
+  const int64_t values[4] = {st.responses.load(), st.allreduce_buckets.load(), st.fused_entries.load(),
+                             st.allreduce_bytes.load()};
+  for (int32_t i = 0; i < n && i < 4; ++i) out[i] = values[i];
+  return 0;
+}
+
 int32_t tfx_comm_rank(int64_t id) {
   auto comm = Find(id);
   return comm ? comm->rank() : -1;

@@ -101,6 +101,7 @@ CollectiveContext Communicator::Context(const std::string& what, const Deadline*
 }
 
 Status Communicator::Execute(const Response& resp, std::vector<Entry*>& entries) {
+  stats_.responses.fetch_add(1, std::memory_order_relaxed);
   switch (resp.kind) {
     case Response::Kind::kAllreduce:
       return ExecuteAllreduce(Describe("allreduce", entries), entries);
@@ -143,6 +144,9 @@ Status Communicator::ExecuteAllreduce(const std::string& what, std::vector<Entry
   const DataType dtype = m0.dtype;
   const ReduceOp op = m0.reduction == ReduceOp::kMean ? ReduceOp::kSum : m0.reduction;
   const Compression comp = WireCompression(m0);
+  stats_.allreduce_buckets.fetch_add(1, std::memory_order_relaxed);
+  stats_.fused_entries.fetch_add(static_cast<int64_t>(entries.size()), std::memory_order_relaxed);
+  for (Entry* e : entries) stats_.allreduce_bytes.fetch_add(static_cast<int64_t>(e->meta.bytes()), std::memory_order_relaxed);
   Deadline deadline(options_.timeout_s);
   const CollectiveContext ctx = Context(what, &deadline);
   if (entries.size() == 1 && comp == Compression::kNone) {  // no packing needed

@@ -4,6 +4,7 @@
 // connected and authenticated (tfx_dist/comm/rendezvous.py).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +41,15 @@ class Communicator {
   std::string transport(int peer) const;  // "tcp", "shm" or "self"
 
   void Submit(std::vector<Entry> entries) { runtime_->Submit(std::move(entries)); }
+
+  // Counters since creation (for tests and monitoring).
+  struct Stats {
+    std::atomic<int64_t> responses{0};          // collectives executed (a fused bucket counts once)
+    std::atomic<int64_t> allreduce_buckets{0};  // all-reduce responses
+    std::atomic<int64_t> fused_entries{0};      // tensors in those buckets
+    std::atomic<int64_t> allreduce_bytes{0};    // bytes reduced (before compression)
+  };
+  const Stats& stats() const { return stats_; }
   void Close();
 
  private:
@@ -54,6 +64,7 @@ class Communicator {
   std::vector<std::unique_ptr<Pair>> pairs_;
   std::unique_ptr<Runtime> runtime_;
   std::vector<char> fusion_buffer_;  // used by the runtime thread only
+  Stats stats_;
 };
 
 }  // namespace tfx::comm
