@@ -91,7 +91,9 @@ Status RunPipeline(const CollectiveContext& ctx, const std::vector<PipelineStep>
                           ". Rank " + std::to_string(blamed->peer()) +
                           " may have died or be stuck; raise TFX_TIMEOUT_S if it is only slow.");
       }
-      return Status(s.code(), Prefix(ctx) + "while waiting " + detail + ": " + s.message());
+      // A dead pair (its message names the peer) may be either neighbour.
+      return Status(s.code(), Prefix(ctx) + "ring step " + std::to_string(std::min(rs, ss) + 1) + " of " +
+                                  std::to_string(n_steps) + ": " + s.message());
     }
   }
   return Status::Ok();
