@@ -262,6 +262,8 @@ def run(args) -> dict:
               "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
               "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
               "fusion_bucket_bytes_env": os.environ.get("TFX_FUSION_BUCKET_BYTES"),
+              "cpu_allocator": "bfc" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower()
+              in ("1", "true") else "default",
               "bandwidth_runs": [], "cases": {}, "diagnostics": {}}
     report["bandwidth_runs"].append(probe.measure(repeats=3 if args.quick else 5))
     big = max(lists, key=lambda k: nbytes_of(lists[k]))
@@ -292,12 +294,12 @@ def run(args) -> dict:
                    for b in (256 << 10, 1 * MIB, 16 * MIB, 64 * MIB)}
         systems = build_systems(tf, buckets)
         del systems["tf_hcar"]  # far slower than the rest, and not what we compare against here
-        n = max(args.devices)
-        times, bw = time_case(tf, systems, lists[big], devices[:n],
-                              rounds=5 if args.quick else 12, inner=2, probe=probe, direct=True,
-                              inputs_mode=args.inputs)
-        report["bandwidth_runs"].append(bw)
-        raw[("diag", n, big)] = (times, nbytes_of(lists[big]))
+        for n in (args.devices if args.diagnose_only else [max(args.devices)]):
+            times, bw = time_case(tf, systems, lists[big], devices[:n],
+                                  rounds=5 if args.quick else 12, inner=2, probe=probe,
+                                  direct=True, inputs_mode=args.inputs)
+            report["bandwidth_runs"].append(bw)
+            raw[("diag", n, big)] = (times, nbytes_of(lists[big]))
     report["bandwidth_runs"].append(probe.measure(repeats=3 if args.quick else 5))
     probe.close()
     report["bandwidth"] = common.bandwidth_summary(report["bandwidth_runs"])
@@ -363,7 +365,8 @@ def markdown(report: dict) -> str:
     probes = ", ".join(f"{k} {v:.1f}" for k, v in sorted(bw["probes_GBps"].items()))
     if not report["cases"]:  # --diagnose-only: a short section beside the main one
         lines = [f"## All-reduce diagnostics, TF intra-op threads = "
-                 f"{report['intra_op_threads'] or 'default'}", "",
+                 f"{report['intra_op_threads'] or 'default'}, CPU allocator "
+                 f"{report.get('cpu_allocator', 'default')}", "",
                  f"Same method as the main all-reduce section, in its own process. Memory "
                  f"bandwidth limit measured in this run: {bw['limit_GBps']:.1f} GB/s "
                  f"(`{bw['limit_probe']}`).", ""]
@@ -442,11 +445,16 @@ def main() -> None:
                              "the tf.function, one scalar returned (what a training step pays); "
                              "args: tensors passed as arguments and every output returned")
     parser.add_argument("--out", default=None, help="JSON path (markdown beside it)")
+    parser.add_argument("--bfc-allocator", action="store_true",
+                        help="TF_CPU_ALLOCATOR_USE_BFC=true: TensorFlow's caching CPU allocator, so "
+                             "that outputs reuse memory instead of faulting in fresh pages")
     args = parser.parse_args()
+    if args.bfc_allocator:
+        os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # before TensorFlow starts
     report = run(args)
     md = markdown(report)
     name = "local_allreduce" + ("_diag" if args.diagnose_only else "") + (
-        "_args" if args.inputs == "args" else "") + (
+        "_args" if args.inputs == "args" else "") + ("_bfc" if args.bfc_allocator else "") + (
         f"_t{args.intra_op_threads}" if args.intra_op_threads else "")
     out, md_path = common.write_outputs(name, report, md, args.out)
     print(md)
