@@ -234,12 +234,44 @@ void Runtime::Run(const std::vector<Response>& responses) {
     std::vector<Entry*> ptrs;
     for (Entry& e : entries) ptrs.push_back(&e);
     Status st = executor_(resp, ptrs);
+    if (!st.ok()) st = RootCause(st);
     for (Entry& e : entries) e.done(st);
     if (!st.ok()) {
       Fail(st);
       return;
     }
   }
+}
+
+Status Runtime::RootCause(const Status& local) {
+  if (local.code() != Code::kConnectionClosed) return local;
+  const auto until = Clock::now() + std::chrono::milliseconds(300);
+  while (Clock::now() < until) {
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    for (size_t i = 0; i < channels_.size(); ++i) {
+      if (channels_[i] != nullptr && channel_open_[i]) {
+        fds.push_back(pollfd{channels_[i]->fd(), POLLIN, 0});
+        who.push_back(static_cast<int>(i));
+      }
+    }
+    if (fds.empty() || poll(fds.data(), fds.size(), 20) <= 0) continue;
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      std::vector<Frame> frames;
+      Status read = channels_[who[k]]->ReadAvailable(&frames);
+      for (const Frame& f : frames) {
+        std::string reason;
+        if (f.type == MessageType::kBroken && DecodeBroken(f.payload, &reason).ok()) {
+          return Status(Code::kConnectionClosed,
+                        reason + " [reported by rank " + std::to_string(rank_ == 0 ? who[k] : 0) +
+                            "; on rank " + std::to_string(rank_) + ": " + local.message() + "]");
+        }
+      }
+      if (!read.ok()) channel_open_[who[k]] = false;
+    }
+  }
+  return local;
 }
 
 void Runtime::CheckLocalTimeouts(Clock::time_point now) {

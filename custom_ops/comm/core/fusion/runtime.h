@@ -59,6 +59,10 @@ class Runtime {
   void HandleFrame(int from, const Frame& frame, std::vector<Response>* to_run);
   void Run(const std::vector<Response>& responses);
   void CheckLocalTimeouts(Clock::time_point now);
+  // A collective that failed because a neighbour hung up may be the echo of
+  // another rank's failure: wait briefly for a BROKEN message naming the root
+  // cause and report that first.
+  Status RootCause(const Status& local);
   int PollTimeoutMs(Clock::time_point now) const;
 
   const int rank_;
