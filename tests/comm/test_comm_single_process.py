@@ -84,3 +84,28 @@ def test_fusion_packs_tensors_into_buckets_up_to_the_threshold():
         # float32 tensors in one bucket; the int32 one cannot share it.
         assert big.stats()["allreduce_buckets"] == 2
         assert big.stats()["allreduce_bytes"] == 40012
+
+
+def test_cycle_time_holds_requests_back_and_fuses_what_arrived_meanwhile():
+    import threading
+    import time
+
+    from tfx_dist.comm import Communicator
+
+    with Communicator(0, 1, ["127.0.0.1:1"], cycle_time_ms=400) as comm:
+        comm.allreduce_numpy([np.ones(4, np.float32)], name="first")  # opens a cycle
+        t0 = time.monotonic()
+        results = {}
+
+        def call(i):
+            results[i] = comm.allreduce_numpy([np.full(4, i, np.float32)], name=f"t{i}")
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert time.monotonic() - t0 > 0.2  # waited for the next cycle
+        assert [results[i][0][0] for i in range(2)] == [0.0, 1.0]
+        # "first" alone, then both threads' requests in one bucket.
+        assert comm.stats()["allreduce_buckets"] == 2
