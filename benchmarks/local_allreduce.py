@@ -146,9 +146,7 @@ def make_step(tf, cross_device_ops, num_devices: int, num_tensors: int, variable
 def make_direct_step(tf, num_devices, num_tensors, device, variables=None,
                      return_outputs=True):
     """The bare TfxFusedReduce op in a tf.function (no CrossDeviceOps, no broadcast)."""
-    # Not `tfx_dist.fused_reduce`: once tfx_dist.cross_device_ops has imported the
-    # submodule tfx_dist.fused_reduce, that attribute is the module, not the function.
-    from tfx_dist.fused_reduce import fused_reduce
+    from tfx_dist import fused_reduce
 
     def body(flat):
         per_device = [list(flat[d * num_tensors:(d + 1) * num_tensors]) for d in range(num_devices)]

@@ -53,7 +53,8 @@ def assert_dead(pid):
 
 REPORT = """
     print(json.dumps({"tf_config": os.environ["TF_CONFIG"], "secret": os.environ.get("TFX_JOB_SECRET"),
-                      "passed": os.environ.get("TFX_TEST_PASSED"), "pid": os.getpid()}))
+                      "passed": os.environ.get("TFX_TEST_PASSED"), "pid": os.getpid(),
+                      "bfc": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC")}))
 """
 
 
@@ -73,6 +74,13 @@ def test_each_worker_gets_its_tf_config_and_the_shared_secret(tmp_path, n):
     secrets_seen = {r["secret"] for r in reports}
     assert len(secrets_seen) == 1 and re.fullmatch(r"[0-9a-f]{64}", secrets_seen.pop())
     assert all(r["passed"] == "through" for r in reports)  # the environment passes through
+    assert all(r["bfc"] == "true" for r in reports)  # TensorFlow's caching CPU allocator
+
+
+def test_users_allocator_choice_is_kept(tmp_path):
+    env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="false")
+    result, _ = launch("-n", "1", sys.executable, script(tmp_path, REPORT), env=env)
+    assert json.loads(lines_of(result.stdout, 0)[0])["bfc"] == "false"
 
 
 def test_each_job_gets_a_fresh_secret(tmp_path):

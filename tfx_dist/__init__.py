@@ -23,7 +23,7 @@ _EXPORTS = {
     "MirroredStrategy": "tfx_dist.mirrored_strategy",
     "MultiWorkerMirroredStrategy": "tfx_dist.multi_worker_mirrored_strategy",
     "OpLibraryError": "tfx_dist._ops",
-    "fused_reduce": "tfx_dist.fused_reduce",
+    "fused_reduce": "tfx_dist.local_reduce",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,7 +16,7 @@ import collections
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.fused_reduce import DTYPES, fused_reduce
+from tfx_dist.local_reduce import DTYPES, fused_reduce
 
 _ReduceOp = tf.distribute.ReduceOp
 

@@ -119,3 +119,10 @@ def test_shape_mismatch_is_caught_when_tracing():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         fused_reduce(**kwargs)
+
+
+def test_public_name_stays_the_function_after_strategies_load():
+    import tfx_dist
+
+    tfx_dist.MirroredStrategy  # imports cross_device_ops and the op's module
+    assert callable(tfx_dist.fused_reduce)

@@ -1,4 +1,5 @@
-"""Python face of the ``TfxFusedReduce`` op: one reduction for a whole tensor list."""
+"""Python face of the ``TfxFusedReduce`` op: one reduction, across the devices of one
+process, for a whole tensor list (exported as ``tfx_dist.fused_reduce``)."""
 
 from __future__ import annotations
 
