@@ -2,9 +2,9 @@
 
 Usage: python comm_worker.py SCENARIO RANK ADDRESSES_JSON [ARG]
 
-Imports tfx_dist.comm without tfx_dist/__init__ (which imports TensorFlow):
-these scenarios test the runtime through its numpy/ctypes path, so each rank
-starts in well under a second. Prints "RESULT <json>" on success; an expected
+Imports tfx_dist.comm, which needs no TensorFlow: these scenarios test the
+runtime through its numpy/ctypes path, so each rank starts in well under a
+second. Prints "RESULT <json>" on success; an expected
 failure prints "ERROR <type>: <message>" and exits with 3.
 """
 
@@ -12,13 +12,8 @@ import json
 import os
 import sys
 import time
-import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if "tfx_dist" not in sys.modules:
-    _pkg = types.ModuleType("tfx_dist")
-    _pkg.__path__ = [os.path.join(ROOT, "tfx_dist")]
-    sys.modules["tfx_dist"] = _pkg
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402

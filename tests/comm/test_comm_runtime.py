@@ -99,14 +99,6 @@ def test_garbage_on_the_listener_is_rejected_and_the_listener_keeps_working():
 
 
 def test_multi_rank_without_a_secret_says_how_to_set_one(monkeypatch):
-    import sys
-    import types
-    import os
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if "tfx_dist" not in sys.modules:
-        pkg = types.ModuleType("tfx_dist")
-        pkg.__path__ = [os.path.join(root, "tfx_dist")]
-        monkeypatch.setitem(sys.modules, "tfx_dist", pkg)
     from tfx_dist.comm import Communicator
 
     monkeypatch.delenv("TFX_JOB_SECRET", raising=False)

@@ -6,8 +6,6 @@ round like numpy/ml_dtypes (nearest even, subnormals, overflow, inf, nan).
 """
 
 import os
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -17,10 +15,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def comm():
-    if "tfx_dist" not in sys.modules:  # the numpy path needs no TensorFlow
-        pkg = types.ModuleType("tfx_dist")
-        pkg.__path__ = [os.path.join(ROOT, "tfx_dist")]
-        sys.modules["tfx_dist"] = pkg
     from tfx_dist.comm import Communicator
 
     c = Communicator(0, 1, ["127.0.0.1:1"])
