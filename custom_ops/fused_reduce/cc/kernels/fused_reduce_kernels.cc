@@ -6,7 +6,7 @@
 #include "custom_ops/fused_reduce/cc/kernels/fused_reduce.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "tensorflow/core/lib/core/threadpool.h"
 #if GOOGLE_CUDA
 #include "xla/stream_executor/stream.h"
 #endif
@@ -131,10 +131,11 @@ class FusedReduceCpu : public FusedReduceBase {
     const int num_tensors = outputs.size();
     int64_t total_bytes = 0;
     for (int k = 0; k < num_tensors; ++k) total_bytes += num_elements[k] * element_bytes[k];
-    // Enough buckets for every thread to stay busy, none so small that the
-    // per-task overhead shows.
+    // Many more buckets than threads, handed out one at a time: a thread the
+    // OS pauses (other processes share these cores) then delays one bucket,
+    // not half the work. None so small that the per-task overhead shows.
     const auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
-    const int64_t balanced = total_bytes / (4 * std::max(1, threads->num_threads));
+    const int64_t balanced = total_bytes / (16 * std::max(1, threads->num_threads));
     const int64_t bucket_bytes =
         std::max<int64_t>(std::min<int64_t>(bucket_bytes_, balanced), 256 << 10);
     const std::vector<Bucket> buckets = PlanBuckets(num_elements, element_bytes, bucket_bytes);
@@ -153,10 +154,12 @@ class FusedReduceCpu : public FusedReduceBase {
         }
       }
     };
-    // A cost this high makes the pool give each thread whole buckets.
-    const int64_t cost_per_bucket = bucket_bytes * num_devices_;
-    tensorflow::Shard(threads->num_threads, threads->workers, buckets.size(), cost_per_bucket,
-                      reduce_buckets);
+    if (buckets.size() <= 1) {
+      reduce_buckets(0, buckets.size());
+    } else {
+      threads->workers->ParallelFor(
+          buckets.size(), tsl::thread::ThreadPool::SchedulingParams::Fixed(1), reduce_buckets);
+    }
     for (const absl::Status& s : status) OP_REQUIRES_OK(ctx, s);
   }
 };
