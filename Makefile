@@ -9,7 +9,7 @@ setup:
 # A real 2-worker Keras training on this machine: two OS processes, our ring
 # all-reduce between them over loopback.
 demo: setup
-	$(PYTHON) -m tfx_dist.run -n 2 --timeout 900 $(PYTHON) examples/train_digits_multiworker.py
+	TF_CPP_MIN_LOG_LEVEL=2 $(PYTHON) -m tfx_dist.run -n 2 --timeout 900 $(PYTHON) examples/train_digits_multiworker.py
 
 test: setup
 	$(PYTHON) -m pytest tests -q
