@@ -27,6 +27,9 @@ import common  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUTPUT = os.path.join(common.ROOT, "BENCHMARKS.md")
 MANIFEST = os.path.join(common.RESULTS, "run_all.json")
+# The algbw plot of the cross-process all-reduce (plot_allreduce.py).
+PLOT = os.path.join(common.RESULTS, "allreduce_algbw.png")
+
 # Scripts whose markdown --render-only regenerates from their JSON (module.markdown(result)).
 RENDERERS = ("local_allreduce.py", "central_storage.py")
 
@@ -44,7 +47,7 @@ BENCHMARKS = [
     # Cross-process all-reduce: 2 and 4 processes, sizes cut to fit the time budget.
     ("allreduce_multiprocess", "allreduce_multiprocess.py",
      ["--nprocs", "2", "4", "--sizes", "4096,262144,4194304,67108864"], [], False),
-    # Multi-worker Keras fit throughput (planned).
+    # Multi-worker Keras fit throughput on 1, 2 and 4 one-thread workers.
     ("multi_worker_fit", "multi_worker_fit.py", [], [], False),
 ]
 
@@ -187,10 +190,13 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
     summary = targets_summary(runs)
     if summary:
         lines += ["## Targets", "", "| target | status | figures |", "|---|---|---|"] + summary + [""]
-    for r in runs.values():
+    for name, r in runs.items():
         if r["status"] == "ok":
-            lines += [r["markdown"].rstrip(), "", f"*Command: `{_relative(r['command'])}` "
-                      f"({r['wall_s']:.0f} s).*", ""]
+            lines += [r["markdown"].rstrip(), ""]
+            if name == "allreduce_multiprocess" and os.path.exists(PLOT):
+                lines += [f"![algbw against payload size]({os.path.relpath(PLOT, common.ROOT)})",
+                          ""]
+            lines += [f"*Command: `{_relative(r['command'])}` ({r['wall_s']:.0f} s).*", ""]
     missing = [r["script"] for r in runs.values() if r["status"] == "missing"]
     failed = [(r["script"], r) for r in runs.values() if r["status"] not in ("ok", "missing")]
     if missing or failed:
@@ -254,6 +260,9 @@ def main() -> None:
                              args.timeout)
         if required and runs[name]["status"] == "missing":
             raise SystemExit(f"benchmarks/{script} is missing")
+    if runs.get("allreduce_multiprocess", {}).get("status") == "ok":
+        subprocess.run([sys.executable, os.path.join(HERE, "plot_allreduce.py"), "--png", PLOT],
+                       cwd=common.ROOT, check=False)
     manifest = {"quick": args.quick, "total_s": time.time() - t0, "commit": git_commit(),
                 "date": time.strftime("%Y-%m-%d %H:%M %Z"),
                 "runs": {n: {k: v for k, v in r.items() if k not in ("markdown", "result")}
