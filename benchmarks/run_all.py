@@ -248,6 +248,9 @@ def main() -> None:
     args = parser.parse_args()
     os.makedirs(common.RESULTS, exist_ok=True)
     if args.render_only:
+        if os.path.exists(os.path.join(common.RESULTS, "allreduce_multiprocess.json")):
+            subprocess.run([sys.executable, os.path.join(HERE, "plot_allreduce.py"), "--png", PLOT],
+                           cwd=common.ROOT, check=False)
         return render_only(args.output)
     t0 = time.time()
     runs = {}
