@@ -12,13 +12,10 @@ from tensorflow.python.distribute import distribute_utils  # noqa: F401
 # MirroredExtended: specialised by tfx_dist.MirroredStrategy; its device setup
 # and per-replica initial values are reused by the multi-worker extended.
 from tensorflow.python.distribute import mirrored_strategy  # noqa: F401
-from tensorflow.python.distribute import mirrored_strategy as mirrored_lib  # noqa: F401
 # ParameterServerStrategyExtended: the extension of CentralStorageStrategy.
 from tensorflow.python.distribute import parameter_server_strategy as parameter_server_lib  # noqa: F401,E501
 # ReduceOp enum used internally (tf.distribute.ReduceOp is the same object).
 from tensorflow.python.distribute import reduce_util  # noqa: F401
-# DistributedValues classes (PerReplica, Mirrored).
-from tensorflow.python.distribute import values as values_lib  # noqa: F401
 # TF's MultiWorkerMirroredStrategy internals: tfx_dist's multi-worker extended subclasses CollectiveAllReduceExtended.
 from tensorflow.python.distribute import collective_all_reduce_strategy  # noqa: F401
 # CollectiveKeys (kept on the multi-worker extended for code that expects it) and local tensor/IndexedSlices sums.

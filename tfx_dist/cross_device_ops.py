@@ -21,14 +21,16 @@ from tfx_dist.local_reduce import DTYPES, fused_reduce
 _ReduceOp = tf.distribute.ReduceOp
 
 
-def _reduction_name(reduce_op) -> str:
-    reduce_op = tfc.reduce_util.ReduceOp(reduce_op) if isinstance(reduce_op, str) else reduce_op
+def reduction_name(reduce_op) -> str:
+    """"sum" or "mean" for a `tf.distribute.ReduceOp` or its name (any case)."""
+    if isinstance(reduce_op, str):
+        reduce_op = tfc.reduce_util.ReduceOp(reduce_op.upper())
     if reduce_op == _ReduceOp.SUM:
         return "sum"
     if reduce_op == _ReduceOp.MEAN:
         return "mean"
     raise ValueError(f"Expected `reduce_op` to be tf.distribute.ReduceOp.SUM or MEAN. "
-                     f"Received: reduce_op={reduce_op}")
+                     f"Received: reduce_op={reduce_op!r}")
 
 
 def _is_sparse(values) -> bool:
@@ -83,13 +85,14 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
             reduce_op, [(per_replica_value, destinations)], options)[0]
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
-        reduction = _reduction_name(reduce_op)
+        reduction = reduction_name(reduce_op)
         bucket_bytes = self.bucket_bytes
         if options is not None and getattr(options, "bytes_per_pack", 0):
             bucket_bytes = options.bytes_per_pack
         reduced = [None] * len(value_destination_pairs)
         # Dense values on the same devices, reduced on the same device, share one op.
-        groups = collections.defaultdict(list)
+        groups = collections.defaultdict(list)  # (device, devices, op reduction) -> indices
+        dense_values = {}
         for i, (value, destinations) in enumerate(value_destination_pairs):
             values = list(getattr(value, "values", (value,)))
             device = self._reduce_device(value, destinations)
@@ -103,18 +106,18 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
                     total = tf.add_n(values)
                     reduced[i] = total / len(values) if reduction == "mean" else total
                 continue
-            groups[(device, len(values))].append((i, values))
-        for (device, num_devices), members in groups.items():
-            per_device = [[values[d] for _, values in members] for d in range(num_devices)]
+            # TensorFlow's integer mean is a true division (a float result):
+            # integers are summed by the op and divided afterwards.
+            op_reduction = "sum" if values[0].dtype.is_integer else reduction
+            groups[(device, len(values), op_reduction)].append(i)
+            dense_values[i] = values
+        for (device, num_devices, op_reduction), members in groups.items():
+            per_device = [[dense_values[i][d] for i in members] for d in range(num_devices)]
             with tf.device(device):
-                results = fused_reduce(per_device, reduction, bucket_bytes)
-            for (i, values), result in zip(members, results):
-                if reduction == "mean" and values[0].dtype.is_integer:
-                    # TensorFlow's integer mean is a true division (a float
-                    # result): keep that, from the fused sum.
-                    with tf.device(device):
-                        result = fused_reduce([[v] for v in values], "sum", bucket_bytes)[0]
-                        result = result / num_devices
+                results = fused_reduce(per_device, op_reduction, bucket_bytes)
+                if op_reduction != reduction:
+                    results = [r / num_devices for r in results]
+            for i, result in zip(members, results):
                 reduced[i] = result
         return [self.broadcast(result, destinations)
                 for result, (_, destinations) in zip(reduced, value_destination_pairs)]

@@ -30,8 +30,8 @@ import weakref
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
+from tfx_dist.cross_device_ops import reduction_name
 
-_ReduceOp = tf.distribute.ReduceOp
 
 # Dtypes tfx_dist's collectives take. Others are converted around the call:
 # for reductions by a value cast to a wider type, for gather and broadcast
@@ -64,17 +64,6 @@ def _encode_for_move(t):
         return tf.bitcast(t, tf.uint8), lambda r, d=t.dtype: tf.bitcast(r, d)
     raise TypeError(f"Cannot send a tensor of dtype {t.dtype.name} to other workers: "
                     f"expected a numeric or bool dtype. Received: {t}")
-
-
-def _reduction_name(reduce_op) -> str:
-    if isinstance(reduce_op, str):
-        reduce_op = tfc.reduce_util.ReduceOp(reduce_op.upper())
-    if reduce_op == _ReduceOp.SUM:
-        return "sum"
-    if reduce_op == _ReduceOp.MEAN:
-        return "mean"
-    raise ValueError(f"Expected `reduce_op` to be tf.distribute.ReduceOp.SUM or MEAN. "
-                     f"Received: reduce_op={reduce_op!r}")
 
 
 def _divide(value, n: int):
@@ -247,7 +236,7 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
             reduce_op, [(per_replica_value, destinations)], options)[0]
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
-        reduction = _reduction_name(reduce_op)
+        reduction = reduction_name(reduce_op)
         local = [self._local_sum(v.values) for v, _ in value_destination_pairs]
         dense = [i for i, t in enumerate(local) if not isinstance(t, tf.IndexedSlices)]
         reduced = list(local)

@@ -8,7 +8,7 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist.cross_device_ops import FusedAllReduce
 
 
-class _FusedMirroredExtended(tfc.mirrored_lib.MirroredExtended):
+class _FusedMirroredExtended(tfc.mirrored_strategy.MirroredExtended):
     """TensorFlow's MirroredExtended, but int32 values too go through our op.
 
     TensorFlow sends int32 values to ReductionToOneDevice because NCCL has no

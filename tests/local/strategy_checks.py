@@ -154,10 +154,10 @@ def sparse_gradients(strategy):
         np.testing.assert_allclose(dense.numpy(), expected)
 
 
-def uses_fused_reduce(strategy):
-    """The gradient all-reduce of a training step runs on TfxFusedReduce."""
+def sgd_train_step(strategy, *units):
+    """A tf.function that trains a Dense stack of `units` on 4 features by one SGD step."""
     with strategy.scope():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model = keras.Sequential([keras.Input((4,))] + [keras.layers.Dense(u) for u in units])
         optimizer = keras.optimizers.SGD(0.1)
 
     @tf.function
@@ -169,6 +169,12 @@ def uses_fused_reduce(strategy):
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
         strategy.run(replica_fn, args=(x,))
 
+    return step
+
+
+def uses_fused_reduce(strategy):
+    """The gradient all-reduce of a training step runs on TfxFusedReduce."""
+    step = sgd_train_step(strategy, 3)
     assert "TfxFusedReduce" in graph_op_types(step, tf.TensorSpec([2, 4]))
 
 

@@ -1,6 +1,5 @@
 """tfx_dist.CentralStorageStrategy over 4 logical CPUs, parameters on a fifth device."""
 
-import keras
 import pytest
 import tensorflow as tf
 
@@ -39,19 +38,7 @@ def test_every_variable_and_slot_on_the_parameter_device(strategy):
 
 
 def test_gradients_reduce_onto_the_parameter_device_in_one_op(strategy):
-    with strategy.scope():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)])
-        optimizer = keras.optimizers.SGD(0.1)
-
-    @tf.function
-    def step(x):
-        def replica_fn(x):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_sum(model(x))
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        strategy.run(replica_fn, args=(x,))
-
+    step = checks.sgd_train_step(strategy, 3, 2)
     graph = step.get_concrete_function(tf.TensorSpec([3, 4])).graph
     fused = [op for op in graph.get_operations() if op.type == "TfxFusedReduce"]
     assert "TfxFusedReduce" in graph_op_types(step, tf.TensorSpec([3, 4]))
