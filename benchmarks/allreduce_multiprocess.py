@@ -9,6 +9,12 @@ Runs N real processes on loopback for each implementation, in the same run:
   * ``tf MWMS RING``: ``tf.distribute.MultiWorkerMirroredStrategy`` with the
     RING implementation, one all-reduce in a ``tf.function`` (its own
     processes: two strategies in one process collide),
+  * ``Horovod``: ``hvd.allreduce(x, op=hvd.Sum)`` in a ``tf.function``
+    (benchmarks/horovod_allreduce.py under ``horovodrun --gloo``), when the
+    virtual environment benchmarks/setup_horovod.sh builds is there
+    (build/horovod-venv, or ``--horovod-venv``): Horovod 0.28.1 only builds
+    against TensorFlow 2.12, so it runs in its own environment; without it
+    the report says Horovod was not run,
 
 plus this machine's limits measured in the same run: one loopback TCP stream
 (one way) and memcpy. Reports median latency, algbw = bytes / time and
@@ -36,8 +42,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KIB, MIB = 1 << 10, 1 << 20
 FULL_SIZES = [4 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB]
 QUICK_SIZES = [4 * KIB, 256 * KIB, 4 * MIB, 64 * MIB]
-IMPLS = ("tfx_tf", "tfx_numpy", "tf_mwms")
-LABELS = {"tfx_tf": "tfx (tf.function)", "tfx_numpy": "tfx (numpy)", "tf_mwms": "tf MWMS RING"}
+IMPLS = ("tfx_tf", "tfx_numpy", "tf_mwms", "horovod")
+LABELS = {"tfx_tf": "tfx (tf.function)", "tfx_numpy": "tfx (numpy)", "tf_mwms": "tf MWMS RING",
+          "horovod": "Horovod (tf.function)"}
+DEFAULT_HOROVOD_VENV = os.path.join(ROOT, "build", "horovod-venv")
+HOROVOD_MISSING = "not run (build/horovod-venv missing; run benchmarks/setup_horovod.sh)"
 
 
 def _repeats(nbytes: int, quick: bool) -> int:
@@ -212,9 +221,16 @@ def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: flo
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    result = {"transport": outs[0]["transport"], "sizes": {}}
+    result = {"transport": outs[0]["transport"]}
     if "tf_function_floor_ms" in outs[0]:
         result["tf_function_floor_ms"] = max(o["tf_function_floor_ms"] for o in outs)
+    result.update(_summarize(outs, sizes, nprocs))
+    return result
+
+
+def _summarize(outs: list[dict], sizes: list[int], nprocs: int) -> dict:
+    """Per-rank lists of seconds per size -> {"sizes": {size: latency, algbw, busbw, repeats}}."""
+    result = {"sizes": {}}
     for nbytes in sizes:
         # The slowest rank bounds the collective: take each rank's median, then the max.
         med = max(statistics.median(o[str(nbytes)]) for o in outs)
@@ -223,6 +239,47 @@ def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: flo
                                         "busbw_GBps": algbw * 2 * (nprocs - 1) / nprocs / 1e9,
                                         "repeats": len(outs[0][str(nbytes)])}
     return result
+
+
+def run_horovod(venv: str, nprocs: int, sizes: list[int], quick: bool, timeout: float,
+                tf_bfc: bool = True) -> dict:
+    """benchmarks/horovod_allreduce.py under the venv's horovodrun (Gloo, localhost)."""
+    import shutil
+    import signal
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="tfx_horovod_")
+    out = os.path.join(tmp, "horovod.json")
+    base = [os.path.join(venv, "bin", "horovodrun"), "--gloo", "-np", str(nprocs), "-H",
+            f"localhost:{nprocs}", "--start-timeout", "300", os.path.join(venv, "bin", "python"),
+            os.path.join(ROOT, "benchmarks", "horovod_allreduce.py"), "--sizes",
+            ",".join(map(str, sizes))]
+    quick_arg = ["--quick"] if quick else []
+    cmd = base + ["--out", out] + quick_arg
+    # The same environment as the other TensorFlow processes (allocator included);
+    # nothing of this interpreter's environment that would point the venv elsewhere.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+               TF_CPU_ALLOCATOR_USE_BFC="true" if tf_bfc else "false")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=ROOT, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout)
+        if proc.returncode != 0 or not os.path.exists(out):
+            raise RuntimeError(f"horovodrun failed ({proc.returncode}):\n{log[-3000:]}")
+        with open(out) as f:
+            res = json.load(f)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    res.pop("times_s", None)
+    res["command"] = " ".join([os.path.relpath(c, ROOT) if c.startswith(ROOT + os.sep) else c
+                               for c in base] + ["--out", "FILE"] + quick_arg)
+    # The same for every process count: "-np N -H localhost:N".
+    res["command"] = res["command"].replace(f"-np {nprocs} -H localhost:{nprocs}", "-np N -H localhost:N")
+    return res
 
 
 def _fmt_size(n: int) -> str:
@@ -238,29 +295,51 @@ def markdown(report: dict) -> str:
              f"TensorFlow CPU allocator in every TF process: {report.get('tf_cpu_allocator', 'default')}"
              + (" (`TF_CPU_ALLOCATOR_USE_BFC=true`)." if report.get("tf_cpu_allocator") == "bfc" else "."),
              ""]
+    hvd = next((r["horovod"] for r in report["results"].values() if "horovod" in r), None)
+    if hvd:
+        v = hvd.get("versions", {})
+        lines += [f"Horovod column: Horovod {v.get('horovod', '?')} built with TensorFlow "
+                  f"{v.get('tensorflow', '?')} and Gloo (no MPI) in its own virtual environment "
+                  f"(Python {v.get('python', '?')}; `benchmarks/setup_horovod.sh` makes "
+                  "`build/horovod-venv`), because Horovod 0.28.1 does not compile against this "
+                  "project's TensorFlow. Run as `" + hvd.get("command", "horovodrun --gloo") + "`, "
+                  "in turn with the other systems; it times `hvd.allreduce(x, op=hvd.Sum)` in a "
+                  "`tf.function` with the same warm-up, repeats and statistic (the same code), "
+                  "Horovod's defaults otherwise (tensor fusion, cycle time). "
+                  "Speed-up vs Horovod = Horovod latency / tfx (tf.function) latency.", ""]
+    if report.get("horovod"):
+        lines += [f"Horovod: {report['horovod']}.", ""]
+    for n, err in report.get("horovod_errors", {}).items():
+        lines += [f"Horovod, {n} processes: failed (`{err}`).", ""]
     for n, by_impl in report["results"].items():
         impls = [i for i in IMPLS if i in by_impl]
         lines.append(f"### {n} processes")
         lines.append("")
         if "tf_function_floor_ms" in by_impl.get("tfx_tf", {}):
+            hvd_floor = by_impl.get("horovod", {}).get("tf_function_floor_ms")
             lines.append(f"A trivial `tf.function` call (`t * 2.0` on 4 KiB) took "
-                         f"{by_impl['tfx_tf']['tf_function_floor_ms']:.3f} ms in the same processes.")
+                         f"{by_impl['tfx_tf']['tf_function_floor_ms']:.3f} ms in the same processes"
+                         + (f" ({hvd_floor:.3f} ms in the Horovod processes, TensorFlow "
+                            f"{by_impl['horovod'].get('versions', {}).get('tensorflow', '?')})"
+                            if hvd_floor else "") + ".")
             lines.append("")
+        ratios = [b for b in ("tf_mwms", "horovod") if b in impls and "tfx_tf" in impls]
         head = "| size | " + " | ".join(f"{LABELS[i]} ({by_impl[i]['transport']})" for i in impls)
-        if "tf_mwms" in impls and "tfx_tf" in impls:
+        if ratios == ["tf_mwms"]:
             head += " | speed-up (tf.function) |"
         else:
-            head += " |"
+            head += "".join(f" | speed-up vs {'MWMS' if b == 'tf_mwms' else 'Horovod'} (tf.function)"
+                            for b in ratios) + " |"
         lines.append(head)
-        lines.append("|---" * (len(impls) + 1 + ("tf_mwms" in impls and "tfx_tf" in impls)) + "|")
+        lines.append("|---" * (len(impls) + 1 + len(ratios)) + "|")
         for size in report["sizes"]:
             row = [f"| {_fmt_size(size)}"]
             for i in impls:
                 r = by_impl[i]["sizes"][str(size)]
                 row.append(f"{r['latency_ms']:.3f} ms, {r['algbw_GBps']:.2f} GB/s algbw, "
                            f"{r['busbw_GBps']:.2f} busbw")
-            if "tf_mwms" in impls and "tfx_tf" in impls:
-                ratio = by_impl["tf_mwms"]["sizes"][str(size)]["latency_ms"] / \
+            for b in ratios:
+                ratio = by_impl[b]["sizes"][str(size)]["latency_ms"] / \
                     by_impl["tfx_tf"]["sizes"][str(size)]["latency_ms"]
                 row.append(f"{ratio:.1f}x")
             lines.append(" | ".join(row) + " |")
@@ -280,8 +359,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--tf-default-allocator", action="store_true",
                         help="do not set TF_CPU_ALLOCATOR_USE_BFC=true in the TensorFlow processes")
+    parser.add_argument("--horovod-venv", default=None,
+                        help="virtual environment with Horovod + TensorFlow 2.12 (default: "
+                             "build/horovod-venv, made by benchmarks/setup_horovod.sh; the Horovod "
+                             "baseline is skipped when it is missing)")
     # Worker mode (internal).
-    parser.add_argument("--worker", choices=IMPLS)
+    parser.add_argument("--worker", choices=[i for i in IMPLS if i != "horovod"])
     parser.add_argument("--rank", type=int)
     parser.add_argument("--addresses")
     args = parser.parse_args()
@@ -298,12 +381,32 @@ def main() -> None:
     report["limits"]["tcp_one_way_GBps"] = measure_tcp() / 1e9
     print(f"limits: memcpy {report['limits']['memcpy_GBps']:.2f} GB/s, loopback TCP "
           f"{report['limits']['tcp_one_way_GBps']:.2f} GB/s", flush=True)
+    impls = list(args.impls)
+    if "horovod" in impls:
+        venv = args.horovod_venv or DEFAULT_HOROVOD_VENV
+        if not os.path.exists(os.path.join(venv, "bin", "horovodrun")):
+            impls.remove("horovod")
+            report["horovod"] = (HOROVOD_MISSING if args.horovod_venv is None else
+                                 f"not run ({args.horovod_venv}/bin/horovodrun missing; run "
+                                 "benchmarks/setup_horovod.sh)")
+            print(f"Horovod: {report['horovod']}", flush=True)
     for n in nprocs:
         report["results"][str(n)] = {}
-        for impl in args.impls:
+        for impl in impls:
             t0 = time.time()
-            report["results"][str(n)][impl] = run_impl(impl, n, sizes, args.quick, args.timeout,
-                                                       tf_bfc=not args.tf_default_allocator)
+            if impl == "horovod":
+                # A baseline built outside this project: its failure is reported, not fatal.
+                try:
+                    report["results"][str(n)][impl] = run_horovod(
+                        venv, n, sizes, args.quick, args.timeout, tf_bfc=not args.tf_default_allocator)
+                except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+                    last = (str(e).strip().splitlines() or ["?"])[-1][:300]
+                    report.setdefault("horovod_errors", {})[str(n)] = last
+                    print(f"{n} procs, Horovod failed: {e}", flush=True)
+                    continue
+            else:
+                report["results"][str(n)][impl] = run_impl(impl, n, sizes, args.quick, args.timeout,
+                                                           tf_bfc=not args.tf_default_allocator)
             summary = ", ".join(f"{_fmt_size(int(s))}: {r['latency_ms']:.3f} ms / {r['algbw_GBps']:.2f} GB/s"
                                 for s, r in report["results"][str(n)][impl]["sizes"].items())
             floor = report["results"][str(n)][impl].get("tf_function_floor_ms")

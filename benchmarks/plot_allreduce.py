@@ -3,7 +3,8 @@
     python benchmarks/plot_allreduce.py [--json benchmarks/results/allreduce_multiprocess.json]
                                         [--png benchmarks/results/allreduce_algbw.png]
 
-One line per (system, process count), log-log, with horizontal lines for the
+One line per (system, process count: tfx_dist, TF's MultiWorkerMirroredStrategy
+and, when it ran, Horovod), log-log, with horizontal lines for the
 loopback TCP (one stream, one way) and memcpy limits measured in the same run,
 when the JSON has them.
 """
@@ -16,8 +17,10 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-LABELS = {"tfx_tf": "tfx (tf.function)", "tfx_numpy": "tfx (numpy)", "tf_mwms": "TF MWMS RING"}
-COLORS = {"tfx_tf": "tab:blue", "tfx_numpy": "tab:green", "tf_mwms": "tab:red"}
+LABELS = {"tfx_tf": "tfx (tf.function)", "tfx_numpy": "tfx (numpy)", "tf_mwms": "TF MWMS RING",
+          "horovod": "Horovod (TF 2.12)"}
+COLORS = {"tfx_tf": "tab:blue", "tfx_numpy": "tab:green", "tf_mwms": "tab:red",
+          "horovod": "tab:purple"}
 STYLES = {"2": ("-", "o"), "4": ("--", "s"), "8": (":", "^")}
 
 
@@ -66,8 +69,11 @@ def plot(json_path: str, png_path: str) -> str:
         ax.set_xticklabels([_size_label(s) for s in ticks])
     ax.set_xlabel("payload (float32, bytes per rank)")
     ax.set_ylabel("algbw (GB/s) = bytes / latency")
-    ax.set_title(f"Cross-process float32 sum all-reduce, loopback ({data.get('machine', '')}, "
-                 f"{data.get('date', '')})", fontsize=9)
+    title = (f"Cross-process float32 sum all-reduce, loopback ({data.get('machine', '')}, "
+             f"{data.get('date', '')})")
+    if data.get("horovod"):  # e.g. "not run (build/horovod-venv missing; ...)"
+        title += f"\nHorovod: {data['horovod']}"
+    ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7.5, loc="lower right")
     fig.tight_layout()
