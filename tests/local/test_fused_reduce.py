@@ -126,3 +126,39 @@ def test_public_name_stays_the_function_after_strategies_load():
 
     tfx_dist.MirroredStrategy  # imports cross_device_ops and the op's module
     assert callable(tfx_dist.fused_reduce)
+
+
+def _address(t):
+    return np.asarray(t).__array_interface__["data"][0]
+
+
+def test_outputs_that_take_over_no_input_reuse_released_memory():
+    # Variables' values cannot be overwritten, so every output comes from the
+    # kernel's arena: odd sizes and mixed dtypes share one block, 64-byte aligned.
+    shapes = [(7,), (3, 5), (0,), (2049,)]
+    dtypes = [tf.float32, tf.float64, tf.float32, tf.int32]
+    variables = [[tf.Variable(tf.cast(tf.fill(s, d + 1), t)) for s, t in zip(shapes, dtypes)]
+                 for d in range(2)]
+
+    def reduce_now():
+        return fused_reduce([[v.read_value() for v in vs] for vs in variables], "sum")
+
+    first = reduce_now()
+    for out in first:
+        assert _address(out) % 64 == 0 or out.shape.num_elements() == 0
+    for out, shape in zip(first, shapes):
+        np.testing.assert_array_equal(out.numpy(), np.full(shape, 3))
+    # While `first` is alive its block is in use: a new call must not clobber it.
+    for vs in variables:
+        for v in vs:
+            v.assign(v * 10)
+    second = reduce_now()
+    for old, new, shape in zip(first, second, shapes):
+        np.testing.assert_array_equal(old.numpy(), np.full(shape, 3))
+        np.testing.assert_array_equal(new.numpy(), np.full(shape, 30))
+    # Once every view of a block is released, the next call reuses its memory.
+    released = {_address(first[0]), _address(second[0])}
+    del first, second, old, new, out
+    third = reduce_now()
+    assert _address(third[0]) in released
+    np.testing.assert_array_equal(third[3].numpy(), np.full(shapes[3], 30))

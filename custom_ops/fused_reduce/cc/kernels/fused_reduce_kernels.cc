@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "custom_ops/fused_reduce/cc/kernels/fused_reduce.h"
+#include "custom_ops/fused_reduce/cc/kernels/output_arena.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/lib/core/threadpool.h"
@@ -64,23 +65,35 @@ class FusedReduceBase : public OpKernel {
 
     // The result of tensor k goes into the buffer of a device's copy that
     // nothing else holds (gradients, in a training step), so no output is
-    // allocated in the common case: a fresh allocation costs more than the
-    // reduction, since the kernel maps its pages in on first touch.
-    std::vector<Tensor*> outputs(num_tensors);
+    // allocated in the common case. The rest come from AllocateRest.
+    std::vector<Tensor*> outputs(num_tensors, nullptr);
     std::vector<int64_t> num_elements(num_tensors);
     std::vector<int> element_bytes(num_tensors);
-    std::vector<int> candidates(num_devices_);
+    std::vector<int> not_forwarded;
     for (int k = 0; k < num_tensors; ++k) {
-      for (int d = 0; d < num_devices_; ++d) candidates[d] = d * num_tensors + k;
-      OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output(candidates, k, inputs[k].shape(),
-                                                                &outputs[k]));
+      for (int d = 0; d < num_devices_ && outputs[k] == nullptr; ++d) {
+        ctx->forward_input_to_output_with_shape(d * num_tensors + k, k, inputs[k].shape(),
+                                                &outputs[k]);
+      }
+      if (outputs[k] == nullptr) not_forwarded.push_back(k);
       num_elements[k] = inputs[k].NumElements();
       element_bytes[k] = tensorflow::DataTypeSize(inputs[k].dtype());
     }
+    OP_REQUIRES_OK(ctx, AllocateRest(ctx, inputs, not_forwarded, &outputs));
     Reduce(ctx, inputs, outputs, num_elements, element_bytes);
   }
 
  protected:
+  // Allocates the outputs listed in `which` (those that took over no input).
+  virtual absl::Status AllocateRest(OpKernelContext* ctx, const OpInputList& inputs,
+                                    const std::vector<int>& which,
+                                    std::vector<Tensor*>* outputs) {
+    for (int k : which) {
+      TF_RETURN_IF_ERROR(ctx->allocate_output(k, inputs[k].shape(), &(*outputs)[k]));
+    }
+    return absl::OkStatus();
+  }
+
   virtual void Reduce(OpKernelContext* ctx, const OpInputList& inputs,
                       const std::vector<Tensor*>& outputs,
                       const std::vector<int64_t>& num_elements,
@@ -122,24 +135,43 @@ class FusedReduceBase : public OpKernel {
 
 class FusedReduceCpu : public FusedReduceBase {
  public:
+  static constexpr int64_t kMinTrafficPerThread = 8 << 20;
+
   using FusedReduceBase::FusedReduceBase;
 
  protected:
+  absl::Status AllocateRest(OpKernelContext* ctx, const OpInputList& inputs,
+                            const std::vector<int>& which,
+                            std::vector<Tensor*>* outputs) override {
+    std::vector<tensorflow::DataType> dtypes(outputs->size());
+    std::vector<tensorflow::TensorShape> shapes(outputs->size());
+    for (int k : which) {
+      dtypes[k] = inputs[k].dtype();
+      shapes[k] = inputs[k].shape();
+    }
+    return arena_.AllocateOutputs(ctx, which, dtypes, shapes, outputs);
+  }
+
   void Reduce(OpKernelContext* ctx, const OpInputList& inputs,
               const std::vector<Tensor*>& outputs, const std::vector<int64_t>& num_elements,
               const std::vector<int>& element_bytes) override {
     const int num_tensors = outputs.size();
     int64_t total_bytes = 0;
     for (int k = 0; k < num_tensors; ++k) total_bytes += num_elements[k] * element_bytes[k];
-    // Many more buckets than threads, handed out one at a time: a thread the
-    // OS pauses (other processes share these cores) then delays one bucket,
-    // not half the work. None so small that the per-task overhead shows.
+    // A thread is woken only for at least kMinTrafficPerThread bytes of
+    // memory traffic (about 0.3 ms of work): below that the wake-ups cost
+    // more than they save, and the data often sits in cache anyway.
+    // Each thread then gets many buckets, handed out one at a time, so a
+    // thread the OS pauses (other processes share these cores) delays one
+    // bucket, not its whole share.
     const auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
-    const int64_t balanced = total_bytes / (16 * std::max(1, threads->num_threads));
+    const int64_t traffic = total_bytes * (num_devices_ + 1);
+    const int num_threads = static_cast<int>(std::clamp<int64_t>(
+        traffic / kMinTrafficPerThread, 1, std::max(1, threads->num_threads)));
+    const int64_t balanced = total_bytes / (16 * num_threads);
     const int64_t bucket_bytes =
         std::max<int64_t>(std::min<int64_t>(bucket_bytes_, balanced), 256 << 10);
     const std::vector<Bucket> buckets = PlanBuckets(num_elements, element_bytes, bucket_bytes);
-
     std::vector<absl::Status> status(buckets.size());
     auto reduce_buckets = [&](int64_t first, int64_t last) {
       for (int64_t b = first; b < last; ++b) {
@@ -154,7 +186,7 @@ class FusedReduceCpu : public FusedReduceBase {
         }
       }
     };
-    if (buckets.size() <= 1) {
+    if (num_threads == 1 || buckets.size() <= 1) {
       reduce_buckets(0, buckets.size());
     } else {
       threads->workers->ParallelFor(
@@ -162,6 +194,9 @@ class FusedReduceCpu : public FusedReduceBase {
     }
     for (const absl::Status& s : status) OP_REQUIRES_OK(ctx, s);
   }
+
+ private:
+  OutputArena arena_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("TfxFusedReduce").Device(tensorflow::DEVICE_CPU), FusedReduceCpu);

@@ -1,0 +1,63 @@
+#include "custom_ops/fused_reduce/cc/kernels/output_arena.h"
+
+namespace tfx_dist {
+
+using ::tensorflow::DataType;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+namespace {
+constexpr int64_t kAlignment = 64;
+
+int64_t AlignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+}  // namespace
+
+absl::Status OutputArena::FreeBlock(OpKernelContext* ctx, int64_t bytes, Tensor* block) {
+  absl::MutexLock lock(&mu_);
+  // Views only ever drop their references, so a block whose count is one
+  // (ours) stays free until we hand out views of it, under the lock.
+  int replace = -1;
+  for (int i = 0; i < static_cast<int>(blocks_.size()); ++i) {
+    if (!blocks_[i].RefCountIsOne()) continue;
+    if (blocks_[i].NumElements() >= bytes) {
+      *block = blocks_[i];
+      return absl::OkStatus();
+    }
+    replace = i;  // free but too small: the gradient list grew
+  }
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({bytes}), block));
+  if (replace >= 0) {
+    blocks_[replace] = *block;
+  } else if (static_cast<int>(blocks_.size()) < kMaxBlocks) {
+    blocks_.push_back(*block);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputArena::AllocateOutputs(OpKernelContext* ctx, const std::vector<int>& which,
+                                          const std::vector<DataType>& dtypes,
+                                          const std::vector<TensorShape>& shapes,
+                                          std::vector<Tensor*>* outputs) {
+  if (which.empty()) return absl::OkStatus();
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (int k : which) {
+    offsets.push_back(total);
+    total += AlignUp(shapes[k].num_elements() * tensorflow::DataTypeSize(dtypes[k]));
+  }
+  Tensor block;
+  TF_RETURN_IF_ERROR(FreeBlock(ctx, std::max<int64_t>(total, kAlignment), &block));
+  for (size_t i = 0; i < which.size(); ++i) {
+    const int k = which[i];
+    const int64_t bytes = shapes[k].num_elements() * tensorflow::DataTypeSize(dtypes[k]);
+    Tensor view;
+    TF_RETURN_IF_ERROR(view.BitcastFrom(block.Slice(offsets[i], offsets[i] + bytes), dtypes[k],
+                                        shapes[k]));
+    ctx->set_output(k, view);
+    (*outputs)[k] = ctx->mutable_output(k);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tfx_dist
