@@ -159,6 +159,72 @@ def main():
             except Exception as e:  # noqa: BLE001
                 result["error"] = f"{type(e).__name__}: {e}"
             result["error_after_s"] = time.monotonic() - t0
+        elif scenario == "late_peer":
+            # Each rank in turn arrives long after the other's drive budget:
+            # the request is left to the runtime thread, and still completes.
+            for i in range(6):
+                if i % size == rank:
+                    time.sleep(0.05)
+                out, = comm.allreduce_numpy([np.full(1000 + i, rank + i, np.float32)], name="late")
+                assert np.all(out == sum(r + i for r in range(size))), out[:4]
+            result["done"] = True
+        elif scenario == "threads":
+            # Several threads call at once, each rank in its own order: one
+            # drives, the others' requests are run by it or the runtime thread.
+            import threading
+
+            names = [f"t{k}" for k in range(6)]
+            order = names if rank % 2 == 0 else names[::-1]
+            errors, results = [], {}
+
+            def call(name, k):
+                try:
+                    for it in range(20):
+                        out, = comm.allreduce_numpy([np.full(64 * (k + 1), rank + it, np.float64)],
+                                                    name=f"{name}.{it}")
+                        assert np.all(out == sum(r + it for r in range(size)))
+                    results[name] = True
+                except Exception as e:  # noqa: BLE001
+                    errors.append(f"{name}: {e}")
+
+            threads = [threading.Thread(target=call, args=(n, names.index(n))) for n in order]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            result["errors"] = errors
+            result["ok"] = sorted(results)
+        elif scenario == "idle_then_dead":
+            # The victim dies while every rank is idle; the survivors' next
+            # collective fails naming it (an idle rank reads its control
+            # connection only then).
+            victim = int(arg)
+            comm.allreduce_numpy([np.ones(8, np.float32)])
+            if rank == victim:
+                os._exit(0)
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            try:
+                comm.allreduce_numpy([np.ones(8, np.float32)])
+                result["error"] = None
+            except Exception as e:  # noqa: BLE001
+                result["error"] = f"{type(e).__name__}: {e}"
+            result["error_after_s"] = time.monotonic() - t0
+        elif scenario == "coordinator_never_submits":
+            # Rank 0 never makes "orphan": the others get the coordinator's
+            # timeout naming rank 0, and everyone goes on.
+            t0 = time.monotonic()
+            if rank != 0:
+                try:
+                    comm.allreduce_numpy([np.ones(4, np.float32)], name="orphan")
+                    result["error"] = None
+                except Exception as e:  # noqa: BLE001
+                    result["error"] = f"{type(e).__name__}: {e}"
+            else:
+                time.sleep(timeout + 0.5)
+            result["error_after_s"] = time.monotonic() - t0
+            out, = comm.allreduce_numpy([np.ones(4, np.float32)], name="after")
+            result["after"] = out.tolist()
         elif scenario == "wrong_secret":
             result["error"] = None
         comm.close()

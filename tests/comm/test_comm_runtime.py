@@ -64,6 +64,48 @@ def test_a_dead_or_stuck_peer_fails_the_others_within_the_timeout(scenario, tran
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_a_late_peer_leaves_the_request_to_the_runtime_thread(transport):
+    # The caller drives the runtime for at most ~1 ms; a peer 50 ms late
+    # means the runtime thread finishes the collective.
+    results = procs.run(WORKER, "late_peer", 2, env={"TFX_SHM": "1" if transport == "shm" else "0"})
+    assert all(r.result["done"] for r in results)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_concurrent_callers_in_different_orders_all_complete(size):
+    results = procs.run(WORKER, "threads", size, env={"TFX_SHM": "1"})
+    for r in results:
+        assert r.result["errors"] == [] and len(r.result["ok"]) == 6, r.result
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+def test_a_peer_that_died_while_all_were_idle_fails_the_next_collective(victim):
+    timeout = 4.0
+    results = procs.run(WORKER, "idle_then_dead", 3, arg=str(victim),
+                        env={"TFX_SHM": "1", "TFX_TIMEOUT_S": str(timeout)}, timeout=60)
+    for r in results:
+        if r.rank == victim:
+            continue
+        res = r.result
+        assert res["error"] is not None and f"rank {victim}" in res["error"], res
+        assert res["error_after_s"] < timeout + 3, res
+
+
+def test_a_collective_the_coordinator_never_makes_times_out_naming_it():
+    timeout = 2.0
+    results = procs.run(WORKER, "coordinator_never_submits", 3,
+                        env={"TFX_SHM": "1", "TFX_TIMEOUT_S": str(timeout)}, timeout=60)
+    for r in results:
+        res = r.result
+        assert res["after"] == [3.0] * 4
+        if r.rank == 0:
+            continue
+        assert res["error"] is not None and res["error"].startswith("CollectiveTimeoutError"), res
+        assert "waiting for rank 0 to submit" in res["error"] and "'orphan/0'" in res["error"], res
+        assert res["error_after_s"] < timeout + 1.5, res
+
+
 def test_a_wrong_secret_is_rejected_on_both_sides():
     results = procs.run(WORKER, "wrong_secret", 2, arg="1", env={"TFX_TIMEOUT_S": "3"}, timeout=30)
     errors = {r.rank: r.error for r in results}

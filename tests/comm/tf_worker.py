@@ -27,13 +27,16 @@ def main():
         m = ops.all_reduce([c], comm, reduction="mean")
         g = ops.all_gather(tf.reshape(a[: rank + 1], [-1, 1]), comm)
         bc = ops.broadcast([c], comm, root=size - 1)
-        return s, m, g, bc
+        # Above the kernel's 256 KiB drive limit: left to the runtime thread.
+        big = ops.all_reduce([tf.fill([100_000], tf.cast(rank, tf.float32))], comm, reduction="max")
+        return s, m, g, bc, big
 
     for it in range(3):
         a = tf.constant(np.arange(6, dtype=np.float32) * (rank + 1) + it)
         b = tf.constant(np.full((2, 3), rank + 10, np.int32))
         c = tf.constant(np.full(5, float(rank), np.float64))
-        s, m, g, bc = step(a, b, c)
+        s, m, g, bc, big = step(a, b, c)
+        np.testing.assert_array_equal(big[0].numpy(), np.full(100_000, size - 1, np.float32))
         want_a = sum(np.arange(6, dtype=np.float32) * (r + 1) + it for r in range(size))
         np.testing.assert_allclose(s[0].numpy(), want_a)
         np.testing.assert_array_equal(s[1].numpy(), np.full((2, 3), sum(r + 10 for r in range(size))))

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,9 @@ using tfx::comm::Communicator;
 using tfx::comm::Status;
 
 namespace {
+
+// How long tfx_comm_run's caller drives the runtime before it sleeps.
+constexpr int32_t kRunDriveUs = 1000;
 
 std::mutex g_mu;
 std::map<int64_t, std::shared_ptr<Communicator>> g_comms;
@@ -76,7 +80,7 @@ Status ToEntry(const tfx_entry& in, tfx::comm::Entry* out) {
 struct Waiter {
   std::mutex mu;
   std::condition_variable cv;
-  int remaining = 0;
+  std::atomic<int> remaining{0};
   int32_t code = 0;
   std::string message;
   void* gathered = nullptr;
@@ -91,7 +95,8 @@ void WaiterDone(void* arg, int32_t code, const char* message) {
     w->code = code;
     w->message = message;
   }
-  if (--w->remaining == 0) w->cv.notify_all();
+  // notify without a blocked waiter (it was still driving) is no system call.
+  if (w->remaining.fetch_sub(1) == 1) w->cv.notify_all();
 }
 
 void* WaiterAlloc(void* arg, int64_t dim0) {
@@ -179,6 +184,11 @@ int32_t tfx_comm_size(int64_t id) {
 }
 
 int32_t tfx_comm_submit(int64_t id, const tfx_entry* entries, int32_t n, char* err, int32_t err_len) {
+  return tfx_comm_submit_drive(id, entries, n, 0, err, err_len);
+}
+
+int32_t tfx_comm_submit_drive(int64_t id, const tfx_entry* entries, int32_t n, int32_t drive_us, char* err,
+                              int32_t err_len) {
   auto comm = Find(id);
   if (!comm) {
     CopyError("tfx_dist: no communicator with id " + std::to_string(id) +
@@ -186,6 +196,7 @@ int32_t tfx_comm_submit(int64_t id, const tfx_entry* entries, int32_t n, char* e
     return static_cast<int32_t>(Code::kInvalidArgument);
   }
   std::vector<tfx::comm::Entry> converted(n);
+  auto left = std::make_shared<std::atomic<int>>(n);
   for (int i = 0; i < n; ++i) {
     Status st = ToEntry(entries[i], &converted[i]);
     if (!st.ok()) {
@@ -193,8 +204,17 @@ int32_t tfx_comm_submit(int64_t id, const tfx_entry* entries, int32_t n, char* e
                     (entries[i].name ? entries[i].name : "") + "': " + st.message(), err, err_len);
       return static_cast<int32_t>(st.code());
     }
+    if (drive_us > 0) {
+      converted[i].done = [inner = std::move(converted[i].done), left](const Status& s) {
+        inner(s);
+        left->fetch_sub(1, std::memory_order_release);
+      };
+    }
   }
-  comm->Submit(std::move(converted));
+  comm->Submit(std::move(converted), /*wake_loop=*/drive_us <= 0);
+  if (drive_us > 0)
+    comm->Drive([&left] { return left->load(std::memory_order_acquire) == 0; },
+                std::chrono::microseconds(drive_us));
   return 0;
 }
 
@@ -215,10 +235,12 @@ int32_t tfx_comm_run(int64_t id, const tfx_entry* entries, int32_t n, void** gat
     }
   }
   if (n == 0) return 0;
-  int32_t rc = tfx_comm_submit(id, mine.data(), n, err, err_len);
+  // This thread would only wait: it does the work itself for a while (for a
+  // small collective, usually all of it), then leaves it to the loop thread.
+  int32_t rc = tfx_comm_submit_drive(id, mine.data(), n, kRunDriveUs, err, err_len);
   if (rc != 0) return rc;
-  std::unique_lock<std::mutex> lock(w.mu);
-  w.cv.wait(lock, [&] { return w.remaining == 0; });
+  std::unique_lock<std::mutex> lock(w.mu);  // also orders WaiterDone's writes before our reads
+  w.cv.wait(lock, [&] { return w.remaining.load() == 0; });
   if (gathered != nullptr) *gathered = w.gathered;
   else std::free(w.gathered);
   if (gathered_dim0 != nullptr) *gathered_dim0 = w.gathered_dim0;

@@ -68,6 +68,12 @@ TFX_API int32_t tfx_comm_size(int64_t id);
  * a nonzero code (and calls no done) when id is unknown or an entry is
  * invalid; err then says why. */
 TFX_API int32_t tfx_comm_submit(int64_t id, const tfx_entry* entries, int32_t n, char* err, int32_t err_len);
+/* Like tfx_comm_submit, then runs the runtime's loop on the calling thread
+ * for up to drive_us microseconds or until these entries are done (their
+ * done may then run on this thread, before it returns). The loop thread
+ * finishes what is left. For callers that would otherwise only wait. */
+TFX_API int32_t tfx_comm_submit_drive(int64_t id, const tfx_entry* entries, int32_t n, int32_t drive_us,
+                                      char* err, int32_t err_len);
 
 /* Submits and waits (for Python; the caller releases the GIL). Returns the
  * first failing code (0 = OK) and its message in err. For allgather, entry

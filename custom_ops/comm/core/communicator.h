@@ -40,7 +40,13 @@ class Communicator {
   const CommunicatorOptions& options() const { return options_; }
   std::string transport(int peer) const;  // "tcp", "shm" or "self"
 
-  void Submit(std::vector<Entry> entries) { runtime_->Submit(std::move(entries)); }
+  void Submit(std::vector<Entry> entries, bool wake_loop = true) {
+    runtime_->Submit(std::move(entries), wake_loop);
+  }
+  // See Runtime::Drive.
+  bool Drive(const std::function<bool()>& finished, Clock::duration budget) {
+    return runtime_->Drive(finished, budget);
+  }
 
   // Counters since creation (for tests and monitoring).
   struct Stats {

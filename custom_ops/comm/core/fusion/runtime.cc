@@ -4,13 +4,20 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <cstdio>
+
+#include "custom_ops/comm/core/spin.h"
 
 namespace tfx::comm {
 namespace {
 // How long past the timeout a non-coordinator rank waits for the
 // coordinator's verdict on a request before failing it on its own.
 constexpr double kWorkerGraceS = 2.0;
+
+// Set while this thread runs a Step (of any communicator).
+thread_local bool t_in_step = false;
 
 Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -32,7 +39,10 @@ Runtime::Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>
   thread_ = std::thread([this] { Loop(); });
 }
 
-Runtime::~Runtime() { Stop(); }
+Runtime::~Runtime() {
+  Stop();
+  close(wake_fd_);  // here, not in Stop: a driver may still wake the loop
+}
 
 void Runtime::Stop() {
   if (!stop_.exchange(true)) {
@@ -48,7 +58,6 @@ void Runtime::Stop() {
       left.swap(pending_);
     }
     for (auto& [key, e] : left) e.done(broken_);
-    close(wake_fd_);
   }
 }
 
@@ -57,7 +66,7 @@ Status Runtime::broken() const {
   return broken_;
 }
 
-void Runtime::Submit(std::vector<Entry> entries) {
+void Runtime::Submit(std::vector<Entry> entries, bool wake_loop) {
   std::vector<EntryMeta> metas;
   Status refused;
   {
@@ -79,14 +88,27 @@ void Runtime::Submit(std::vector<Entry> entries) {
     for (Entry& e : entries) e.done(refused);
     return;
   }
-  if (rank_ == 0) {
+  if (rank_ != 0) {
+    Status st = channels_[0]->Send(MessageType::kReady, EncodeReady(metas), Deadline(options_.timeout_s));
+    if (!st.ok()) {
+      Fail(st);
+      return;
+    }
+  }
+  if (wake_loop) WakeLoop(false);
+}
+
+void Runtime::WakeLoop(bool force) {
+  // Rank 0 has a request to record; elsewhere the loop wakes now, overlapping
+  // its wake-up with the round trip to rank 0, and spins for the answer. The
+  // loop notices the counter while it spins; the eventfd (a system call and
+  // a wake-up) is only written when it sleeps in poll.
+  if (!force) submits_.fetch_add(1, std::memory_order_seq_cst);
+  if (force || sleeping_.load(std::memory_order_seq_cst)) {
     uint64_t one = 1;
     ssize_t w = write(wake_fd_, &one, sizeof(one));
     (void)w;
-    return;
   }
-  Status st = channels_[0]->Send(MessageType::kReady, EncodeReady(metas), Deadline(options_.timeout_s));
-  if (!st.ok()) Fail(st);
 }
 
 void Runtime::Fail(const Status& status) {
@@ -120,61 +142,156 @@ int Runtime::PollTimeoutMs(Clock::time_point now) const {
 
 void Runtime::Loop() {
   while (!stop_.load()) {
-    std::vector<pollfd> fds;
-    std::vector<int> who;
-    fds.push_back(pollfd{wake_fd_, POLLIN, 0});
-    who.push_back(-1);
-    for (size_t i = 0; i < channels_.size(); ++i) {
-      if (channels_[i] != nullptr && channel_open_[i]) {
-        fds.push_back(pollfd{channels_[i]->fd(), POLLIN, 0});
-        who.push_back(static_cast<int>(i));
-      }
+    // Wait without holding step_mu_, so that a caller may drive meanwhile.
+    std::vector<pollfd> fds{pollfd{wake_fd_, POLLIN, 0}};
+    int timeout;
+    {
+      std::lock_guard<std::mutex> step(step_mu_);
+      // While a caller drives, or (not rank 0) while nothing of ours waits
+      // for the others, leave the connections to Step: an answer a driving
+      // caller waits for then does not also wake this thread. Frames that
+      // come meanwhile wait in the socket; the next Step reads them, and
+      // every request makes this rank interested again. Rank 0 always
+      // listens while no caller drives: it records the others' requests and
+      // times them out even if it never makes them itself.
+      if (drivers_.load() == 0 && (rank_ == 0 || Interested())) AddControlFds(&fds, nullptr);
+      timeout = PollTimeoutMs(Clock::now());
     }
-    int r = poll(fds.data(), fds.size(), PollTimeoutMs(Clock::now()));
+    const int r = WaitForInput(&fds, timeout);
     if (stop_.load()) break;
     if (r > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;
       ssize_t got = read(wake_fd_, &v, sizeof(v));
       (void)got;
     }
-    const auto now = Clock::now();
-    if (rank_ == 0) {
-      std::vector<EntryMeta> mine;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        mine.swap(local_ready_);
-      }
-      for (const EntryMeta& m : mine) coordinator_.Add(0, m, now);
-    }
-    std::vector<Response> to_run;
-    for (size_t k = 1; r > 0 && k < fds.size(); ++k) {
-      if (fds[k].revents == 0) continue;
-      const int i = who[k];
-      std::vector<Frame> frames;
-      Status st = channels_[i]->ReadAvailable(&frames);
-      for (const Frame& f : frames) HandleFrame(rank_ == 0 ? i : 0, f, &to_run);
-      if (!st.ok()) {
-        channel_open_[i] = false;
-        Fail(st);
-      }
-    }
-    if (rank_ == 0 && broken().ok()) {
-      to_run = coordinator_.TakeTimedOut(now);
-      if (coordinator_.HasReady() && now - last_dispatch_ >= Seconds(options_.cycle_time_ms / 1000.0)) {
-        for (Response& resp : coordinator_.TakeResponses()) to_run.push_back(std::move(resp));
-        last_dispatch_ = now;
-      }
-      if (!to_run.empty()) {
-        const std::string payload = EncodeExecute(to_run);
-        for (int w = 1; w < size_; ++w) {
-          Status st = channels_[w]->Send(MessageType::kExecute, payload, Deadline(options_.timeout_s));
-          if (!st.ok()) Fail(st);
-        }
-      }
-    }
-    if (broken().ok()) Run(to_run);
-    if (rank_ != 0) CheckLocalTimeouts(Clock::now());
+    std::lock_guard<std::mutex> step(step_mu_);
+    Step();
   }
+}
+
+void Runtime::AddControlFds(std::vector<pollfd>* fds, std::vector<int>* who) const {
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    if (channels_[i] != nullptr && channel_open_[i]) {
+      fds->push_back(pollfd{channels_[i]->fd(), POLLIN, 0});
+      if (who != nullptr) who->push_back(static_cast<int>(i));
+    }
+  }
+}
+
+void Runtime::Step() {
+  struct InStep {
+    InStep() { t_in_step = true; }
+    ~InStep() { t_in_step = false; }
+  } in_step;
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  AddControlFds(&fds, &who);
+  const int r = fds.empty() ? 0 : poll(fds.data(), fds.size(), 0);
+  const auto now = Clock::now();
+  seen_submits_.store(submits_.load(std::memory_order_seq_cst), std::memory_order_relaxed);
+  if (rank_ == 0) {
+    std::vector<EntryMeta> mine;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      mine.swap(local_ready_);
+    }
+    for (const EntryMeta& m : mine) coordinator_.Add(0, m, now);
+  }
+  std::vector<Response> to_run;
+  for (size_t k = 0; r > 0 && k < fds.size(); ++k) {
+    if (fds[k].revents == 0) continue;
+    const int i = who[k];
+    std::vector<Frame> frames;
+    Status st = channels_[i]->ReadAvailable(&frames);
+    for (const Frame& f : frames) HandleFrame(rank_ == 0 ? i : 0, f, &to_run);
+    if (!st.ok()) {
+      channel_open_[i] = false;
+      Fail(st);
+    }
+  }
+  if (rank_ == 0 && broken().ok()) {
+    to_run = coordinator_.TakeTimedOut(now);
+    if (coordinator_.HasReady() && now - last_dispatch_ >= Seconds(options_.cycle_time_ms / 1000.0)) {
+      for (Response& resp : coordinator_.TakeResponses()) to_run.push_back(std::move(resp));
+      last_dispatch_ = now;
+    }
+    if (!to_run.empty()) {
+      const std::string payload = EncodeExecute(to_run);
+      for (int w = 1; w < size_; ++w) {
+        Status st = channels_[w]->Send(MessageType::kExecute, payload, Deadline(options_.timeout_s));
+        if (!st.ok()) Fail(st);
+      }
+    }
+  }
+  if (broken().ok()) Run(to_run);
+  if (rank_ != 0) CheckLocalTimeouts(Clock::now());
+}
+
+bool Runtime::Interested() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!pending_.empty() || !local_ready_.empty()) return true;
+  }
+  return rank_ == 0 && (coordinator_.HasReady() || coordinator_.NextDeadline() != Clock::time_point::max());
+}
+
+bool Runtime::Drive(const std::function<bool()>& finished, Clock::duration budget) {
+  const auto until = Clock::now() + budget;
+  // One driver at a time: a Step runs everything that is ready, so a second
+  // one would only spin on step_mu_. The first one's exit sees our requests.
+  // Called from a done callback inside a Step (a TF executor that runs the
+  // next kernel inline): step_mu_ is held by this very thread. The Step's
+  // owner (loop thread, or a driver that checks Interested() on leaving)
+  // takes the new requests over.
+  if (t_in_step) return finished();
+  if (drivers_.fetch_add(1) > 0) {  // that driver's exit check sees our requests
+    drivers_.fetch_sub(1);
+    return finished();
+  }
+  bool done = finished();
+  while (!done && !stop_.load()) {
+    {
+      std::unique_lock<std::mutex> step(step_mu_, std::try_to_lock);
+      if (step.owns_lock()) Step();
+    }
+    if ((done = finished()) || Clock::now() >= until) break;
+    // A Step costs a system call already; yielding after each one lets a
+    // peer that shares this core (likely on a busy machine) make progress.
+    sched_yield();
+  }
+  drivers_.fetch_sub(1);
+  // The loop thread chose what to wait for before our steps changed the state
+  // (requests left to it, new deadlines): make it look again.
+  bool left_work = !done;
+  if (!left_work) {
+    std::lock_guard<std::mutex> step(step_mu_);
+    left_work = Interested();
+  }
+  if (left_work) WakeLoop(/*force=*/true);
+  return done;
+}
+
+int Runtime::WaitForInput(std::vector<pollfd>* fds, int timeout) {
+  auto submitted = [this] {
+    return submits_.load(std::memory_order_seq_cst) != seen_submits_.load(std::memory_order_relaxed);
+  };
+  if (timeout == 0 || submitted()) return poll(fds->data(), fds->size(), 0);
+  bool waiting_for_peers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_for_peers = !pending_.empty();
+  }
+  // A request of ours is out: the answer (EXECUTE, or the other ranks' READY
+  // on rank 0) is usually microseconds away; catch it without sleeping.
+  int r = 0;
+  if (waiting_for_peers &&
+      SpinUntil([&] { return (r = poll(fds->data(), fds->size(), 0)) != 0 || submitted(); }))
+    return r;
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (submitted()) timeout = 0;  // Submit saw us awake and wrote no eventfd
+  r = poll(fds->data(), fds->size(), timeout);
+  sleeping_.store(false, std::memory_order_relaxed);
+  return r;
 }
 
 void Runtime::HandleFrame(int from, const Frame& frame, std::vector<Response>* to_run) {

@@ -1,9 +1,12 @@
 // The background thread of one communicator: takes submitted requests,
 // negotiates them with the coordinator (rank 0, see messages.h), and runs the
 // resulting responses in order through an executor. Submit never blocks on
-// other ranks; every request's done callback runs exactly once, from this
-// thread (or from Submit itself when the communicator is already broken).
+// other ranks; every request's done callback runs exactly once, from whoever
+// runs the loop's Step: this thread or a caller in Drive (or from Submit
+// itself when the communicator is already broken).
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -49,12 +52,26 @@ class Runtime {
           const RuntimeOptions& options, Executor executor, std::function<void()> on_broken);
   ~Runtime();
 
-  void Submit(std::vector<Entry> entries);
+  // wake_loop=false: the caller drives the loop itself right after (Drive).
+  void Submit(std::vector<Entry> entries, bool wake_loop = true);
+  // Runs the loop on the calling thread until finished() or `budget` has
+  // passed; returns finished(). A caller that would only wait for its own
+  // requests does their work itself: no hand-off to the loop thread and no
+  // wake-up back. The loop thread takes over whatever is left.
+  bool Drive(const std::function<bool()>& finished, Clock::duration budget);
   void Stop();  // joins the thread, fails what is still pending
   Status broken() const;
 
  private:
   void Loop();
+  // One round: reads the control connections, negotiates (rank 0) and runs
+  // what is ready. Whoever holds step_mu_ (loop thread or a driving caller).
+  void Step();
+  // Something here waits for the other ranks (step_mu_ held).
+  bool Interested() const;
+  void AddControlFds(std::vector<pollfd>* fds, std::vector<int>* who) const;
+  // force: wake it even when it is not known to sleep (its timeout is stale).
+  void WakeLoop(bool force);
   void Fail(const Status& status);
   void HandleFrame(int from, const Frame& frame, std::vector<Response>* to_run);
   void Run(const std::vector<Response>& responses);
@@ -64,6 +81,9 @@ class Runtime {
   // cause and report that first.
   Status RootCause(const Status& local);
   int PollTimeoutMs(Clock::time_point now) const;
+  // Waits (spinning briefly while a request of ours is out, then in poll)
+  // until a control connection or the eventfd has input; poll()'s result.
+  int WaitForInput(std::vector<pollfd>* fds, int timeout);
 
   const int rank_;
   const int size_;
@@ -76,6 +96,13 @@ class Runtime {
   Clock::time_point last_dispatch_;
   int wake_fd_ = -1;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> submits_{0};   // Submit calls so far
+  std::atomic<uint64_t> seen_submits_{0};  // submits_ when Step last took local_ready_
+  // Held by whoever runs Step; guards the negotiation state below it, the
+  // control connections' reads and the data path.
+  std::mutex step_mu_;
+  std::atomic<int> drivers_{0};  // callers in Drive
+  std::atomic<bool> sleeping_{false};  // loop thread is (about to be) blocked in poll
 
   mutable std::mutex mu_;
   Status broken_;                         // guarded by mu_

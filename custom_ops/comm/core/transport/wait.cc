@@ -8,10 +8,9 @@
 
 #include <cstring>
 
+#include "custom_ops/comm/core/spin.h"
+
 namespace tfx::comm {
-namespace {
-constexpr unsigned kSpinIters = 200;  // pure spinning (tens of microseconds), then sleep
-}  // namespace
 
 Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
   ++idle_;
@@ -35,8 +34,11 @@ Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
   // away), then sleep on the transport's doorbell. With two different pairs
   // to wait on, sleep in short naps on the receive side.
   bool checked = false;
-  if (idle_ < kSpinIters) {
+  if (idle_ == 1) spin_until_ = Clock::now() + kSpinBeforeBlock;
+  if ((idle_ & 15u) != 0) {
     _mm_pause();
+  } else if (Clock::now() < spin_until_) {
+    sched_yield();  // still spinning, but let a thread we wait for have the core
   } else {
     Pair* target = recv_from != nullptr ? recv_from : send_to;
     const bool both_same = recv_from == nullptr || send_to == nullptr || recv_from == send_to;

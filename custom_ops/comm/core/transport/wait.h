@@ -23,6 +23,7 @@ class IoWaiter {
  private:
   const Deadline& deadline_;
   unsigned idle_ = 0;
+  Clock::time_point spin_until_;  // set when an idle stretch starts
 };
 
 }  // namespace tfx::comm
