@@ -9,6 +9,8 @@ pyproject.toml). A TensorFlow upgrade that moves these names touches this file o
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib  # noqa: F401
 # Wraps per-device results as Mirrored/PerReplica values.
 from tensorflow.python.distribute import distribute_utils  # noqa: F401
+# Mirrored, the value class of a broadcast result.
+from tensorflow.python.distribute import values as values_lib  # noqa: F401
 # MirroredExtended: specialised by tfx_dist.MirroredStrategy; its device setup
 # and per-replica initial values are reused by the multi-worker extended.
 from tensorflow.python.distribute import mirrored_strategy  # noqa: F401

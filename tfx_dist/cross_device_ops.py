@@ -2,11 +2,18 @@
 
 `FusedAllReduce` is a `tf.distribute.CrossDeviceOps`: a strategy hands it the
 per-replica values of a whole gradient list at once (``batch_reduce``); it
-reduces every dense tensor that lives on the same devices in ONE
-``TfxFusedReduce`` op on one device, then gives each destination device the
-result (on the CPU, TensorFlow shares the buffer between devices, so nothing
-is copied). Sparse gradients (`tf.IndexedSlices`) are concatenated, as
-TensorFlow does. Dtypes the op does not cover fall back to ``tf.add_n``.
+reduces the dense tensors that live on the same devices in a few
+``TfxFusedReduce`` ops (*packs*) on one device, then gives each other
+destination device the result (on the CPU, TensorFlow shares the buffer
+between devices, so nothing is copied). Sparse gradients (`tf.IndexedSlices`)
+are concatenated, as TensorFlow does. Dtypes the op does not cover fall back
+to ``tf.add_n``.
+
+Why packs rather than one op: an op starts only when all its inputs exist and
+its consumers only when it ends. A few packs let TensorFlow reduce one pack
+while it still computes the next pack's gradients, or hands the previous
+pack's results to the other devices; each pack stays large enough that its
+per-op cost does not show.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist.local_reduce import DTYPES, fused_reduce
 
 _ReduceOp = tf.distribute.ReduceOp
+
+# Automatic packs: at most this many per batch, none smaller than this.
+MAX_PACKS = 8
+MIN_PACK_BYTES = 256 << 10
 
 
 def reduction_name(reduce_op) -> str:
@@ -51,6 +62,34 @@ def _reduce_indexed_slices(values, reduction: str) -> tf.IndexedSlices:
     return tf.IndexedSlices(rows, indices, slices[0].dense_shape)
 
 
+def split_into_packs(nbytes: list[int | None], pack_bytes: int | None = None) -> list[list[int]]:
+    """Cuts positions ``0..len(nbytes)-1`` into contiguous packs of about ``pack_bytes``.
+
+    Without ``pack_bytes``, the total is spread over at most `MAX_PACKS` packs
+    of at least `MIN_PACK_BYTES`. A size that is unknown when tracing (None)
+    puts everything in one pack.
+    """
+    if not nbytes:
+        return []
+    if any(n is None for n in nbytes):
+        return [list(range(len(nbytes)))]
+    total = sum(nbytes)
+    target = pack_bytes or max(MIN_PACK_BYTES, -(-total // MAX_PACKS))
+    packs, size = [], target
+    for i, n in enumerate(nbytes):
+        if size >= target:  # the last pack is full: open another
+            packs.append([])
+            size = 0
+        packs[-1].append(i)
+        size += n
+    return packs
+
+
+def _nbytes(t) -> int | None:
+    n = t.shape.num_elements()
+    return None if n is None else n * t.dtype.size
+
+
 class FusedAllReduce(tf.distribute.CrossDeviceOps):
     """All-reduce across the devices of one process in one fused op per batch.
 
@@ -64,8 +103,12 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
     Args:
       reduce_to_device: the device that runs the reduction; defaults to the
         first destination device.
-      bucket_bytes: bytes per unit of parallel work; defaults to the
-        `TFX_FUSION_BUCKET_BYTES` setting.
+      bucket_bytes: bytes per unit of parallel work inside one op; defaults to
+        the `TFX_FUSION_BUCKET_BYTES` setting.
+
+    A ``tf.distribute.experimental.CommunicationOptions(bytes_per_pack=...)``
+    passed to a reduction sets the pack size (see the module docstring);
+    otherwise a batch is cut into at most 8 packs of at least 256 KiB.
     """
 
     def __init__(self, reduce_to_device: str | None = None, bucket_bytes: int | None = None):
@@ -86,16 +129,15 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
         reduction = reduction_name(reduce_op)
-        bucket_bytes = self.bucket_bytes
-        if options is not None and getattr(options, "bytes_per_pack", 0):
-            bucket_bytes = options.bytes_per_pack
+        pack_bytes = getattr(options, "bytes_per_pack", 0) or None
         reduced = [None] * len(value_destination_pairs)
+        reduce_devices = [None] * len(value_destination_pairs)
         # Dense values on the same devices, reduced on the same device, share one op.
         groups = collections.defaultdict(list)  # (device, devices, op reduction) -> indices
         dense_values = {}
         for i, (value, destinations) in enumerate(value_destination_pairs):
             values = list(getattr(value, "values", (value,)))
-            device = self._reduce_device(value, destinations)
+            device = reduce_devices[i] = self._reduce_device(value, destinations)
             if _is_sparse(values):
                 with tf.device(device):
                     reduced[i] = _reduce_indexed_slices(values, reduction)
@@ -112,15 +154,34 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
             groups[(device, len(values), op_reduction)].append(i)
             dense_values[i] = values
         for (device, num_devices, op_reduction), members in groups.items():
-            per_device = [[dense_values[i][d] for i in members] for d in range(num_devices)]
-            with tf.device(device):
-                results = fused_reduce(per_device, op_reduction, bucket_bytes)
-                if op_reduction != reduction:
-                    results = [r / num_devices for r in results]
-            for i, result in zip(members, results):
-                reduced[i] = result
-        return [self.broadcast(result, destinations)
-                for result, (_, destinations) in zip(reduced, value_destination_pairs)]
+            sizes = [_nbytes(dense_values[i][0]) for i in members]
+            for pack in split_into_packs(sizes, pack_bytes):
+                pack = [members[p] for p in pack]
+                per_device = [[dense_values[i][d] for i in pack] for d in range(num_devices)]
+                with tf.device(device):
+                    results = fused_reduce(per_device, op_reduction, self.bucket_bytes)
+                    if op_reduction != reduction:
+                        results = [r / num_devices for r in results]
+                for i, result in zip(pack, results):
+                    reduced[i] = result
+        return [self._to_destinations(result, destinations, device)
+                for result, (_, destinations), device
+                in zip(reduced, value_destination_pairs, reduce_devices)]
+
+    def _to_destinations(self, result, destinations, reduce_device: str):
+        """A Mirrored value of ``result`` on ``destinations``; the device that
+        reduced keeps the result itself (TensorFlow's broadcast would add an
+        identity there too)."""
+        here = tfc.device_util.canonicalize(reduce_device)
+        values = []
+        for d in tfc.cross_device_ops_lib.get_devices_from(destinations,
+                                                           self._canonicalize_devices):
+            if tfc.device_util.canonicalize(d) == here:
+                values.append(result)
+            else:
+                values.append(tfc.cross_device_utils.copy_tensor_or_indexed_slices_to_device(
+                    result, d))
+        return tfc.distribute_utils.regroup(values, wrap_class=tfc.values_lib.Mirrored)
 
     def _gather_implementation(self, per_replica_value, destinations, axis, options):
         values = list(getattr(per_replica_value, "values", (per_replica_value,)))
