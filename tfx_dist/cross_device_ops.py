@@ -28,7 +28,7 @@ from tfx_dist.local_reduce import DTYPES, fused_reduce
 _ReduceOp = tf.distribute.ReduceOp
 
 # Automatic packs: at most this many per batch, none smaller than this.
-MAX_PACKS = 8
+MAX_PACKS = 4
 MIN_PACK_BYTES = 256 << 10
 
 
@@ -108,7 +108,7 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
 
     A ``tf.distribute.experimental.CommunicationOptions(bytes_per_pack=...)``
     passed to a reduction sets the pack size (see the module docstring);
-    otherwise a batch is cut into at most 8 packs of at least 256 KiB.
+    otherwise a batch is cut into at most 4 packs of at least 256 KiB.
     """
 
     def __init__(self, reduce_to_device: str | None = None, bucket_bytes: int | None = None):
@@ -164,24 +164,39 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
                         results = [r / num_devices for r in results]
                 for i, result in zip(pack, results):
                     reduced[i] = result
-        return [self._to_destinations(result, destinations, device)
-                for result, (_, destinations), device
-                in zip(reduced, value_destination_pairs, reduce_devices)]
+        return self._to_destinations(reduced, [d for _, d in value_destination_pairs],
+                                     reduce_devices)
 
-    def _to_destinations(self, result, destinations, reduce_device: str):
-        """A Mirrored value of ``result`` on ``destinations``; the device that
-        reduced keeps the result itself (TensorFlow's broadcast would add an
-        identity there too)."""
-        here = tfc.device_util.canonicalize(reduce_device)
-        values = []
-        for d in tfc.cross_device_ops_lib.get_devices_from(destinations,
-                                                           self._canonicalize_devices):
-            if tfc.device_util.canonicalize(d) == here:
-                values.append(result)
-            else:
-                values.append(tfc.cross_device_utils.copy_tensor_or_indexed_slices_to_device(
-                    result, d))
-        return tfc.distribute_utils.regroup(values, wrap_class=tfc.values_lib.Mirrored)
+    def _to_destinations(self, results, destinations, reduce_devices):
+        """Mirrored values of ``results[i]`` on ``destinations[i]``.
+
+        The device that reduced keeps the result itself, and each other device
+        gets the dense results it needs from ONE ``IdentityN``: TensorFlow's
+        broadcast would add an ``Identity`` per tensor and device, and on the
+        CPU those ops cost more than the reduction.
+        """
+        placed = []  # per result: canonical device -> the value there
+        copies = collections.defaultdict(list)  # device -> indices of dense results to copy
+        for i, (result, dest) in enumerate(zip(results, destinations)):
+            here = tfc.device_util.canonicalize(reduce_devices[i])
+            devices = [tfc.device_util.canonicalize(d) for d in
+                       tfc.cross_device_ops_lib.get_devices_from(dest, self._canonicalize_devices)]
+            placed.append(dict.fromkeys(devices))
+            for d in devices:
+                if d == here:
+                    placed[i][d] = result
+                elif isinstance(result, tf.IndexedSlices):
+                    placed[i][d] = tfc.cross_device_utils.copy_tensor_or_indexed_slices_to_device(
+                        result, d)
+                else:
+                    copies[d].append(i)
+        for d, members in copies.items():
+            with tf.device(d):
+                for i, copy in zip(members, tf.identity_n([results[i] for i in members])):
+                    placed[i][d] = copy
+        return [tfc.distribute_utils.regroup(list(values.values()),
+                                             wrap_class=tfc.values_lib.Mirrored)
+                for values in placed]
 
     def _gather_implementation(self, per_replica_value, destinations, axis, options):
         values = list(getattr(per_replica_value, "values", (per_replica_value,)))

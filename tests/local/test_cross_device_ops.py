@@ -14,8 +14,8 @@ DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2"]
     ([], None, []),
     ([100, 200, 300], None, [[0, 1, 2]]),                      # all under one minimum pack
     ([MIN_PACK_BYTES] * 3, None, [[0], [1], [2]]),
-    ([1 << 20] * 20, None, [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13, 14],
-                            [15, 16, 17], [18, 19]]),
+    ([1 << 20] * 20, None, [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14],
+                            [15, 16, 17, 18, 19]]),
     ([10, 10, 10, 10], 20, [[0, 1], [2, 3]]),
     ([50, 10, 10], 20, [[0], [1, 2]]),                           # a big tensor gets its own
     ([10, None, 10], 20, [[0, 1, 2]]),                           # unknown size: one pack
@@ -57,13 +57,14 @@ def _batch_reduce(ops, shapes, options=None):
     return step(), fused, graph
 
 
-SHAPES = [(MIN_PACK_BYTES // 4,)] * 4 + [(3, 5), (7,)]
+SHAPES = [(3, 5), (7,)] + [(MIN_PACK_BYTES // 4,)] * 8
 
 
 def test_batch_is_reduced_in_packs_and_matches_tensorflow():
     ours, fused, _ = _batch_reduce(tfx_dist.FusedAllReduce(), SHAPES)
     theirs, _, _ = _batch_reduce(tf.distribute.ReductionToOneDevice(), SHAPES)
-    assert len(fused) == 5  # one per 256 KiB tensor, the two small ones share the fifth
+    planned = split_into_packs([4 * int(np.prod(s)) for s in SHAPES])
+    assert len(fused) == len(planned) > 1
     assert sum(len(op.outputs) for op in fused) == len(SHAPES)
     for mine, tfs in zip(ours, theirs):
         assert len(mine) == len(DEVICES)
@@ -78,10 +79,12 @@ def test_bytes_per_pack_sets_the_pack_size():
     assert len(fused) == 1
 
 
-def test_reducing_device_keeps_the_result_and_the_others_get_one_identity_each():
-    _, fused, graph = _batch_reduce(tfx_dist.FusedAllReduce(), [(4,)])
+def test_reducing_device_keeps_the_results_and_each_other_device_copies_them_in_one_op():
+    _, fused, graph = _batch_reduce(tfx_dist.FusedAllReduce(), [(4,), (3, 2), (5,)])
     (op,) = fused
     assert "CPU:0" in op.device
-    identities = [o for o in graph.get_operations()  # placed ones: not the function's outputs
-                  if o.type == "Identity" and o.device and o.inputs[0].op is op]
-    assert sorted(o.device[-5:] for o in identities) == ["CPU:1", "CPU:2"]
+    copies = [o for o in graph.get_operations()
+              if o.type in ("Identity", "IdentityN") and o.device and o.inputs[0].op is op]
+    assert sorted((o.type, o.device[-5:]) for o in copies) == [("IdentityN", "CPU:1"),
+                                                                ("IdentityN", "CPU:2")]
+    assert all(len(o.inputs) == 3 for o in copies)
