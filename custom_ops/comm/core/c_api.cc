@@ -18,8 +18,9 @@ using tfx::comm::Status;
 
 namespace {
 
-// How long tfx_comm_run's caller drives the runtime before it sleeps.
-constexpr int32_t kRunDriveUs = 1000;
+// How long tfx_comm_run's caller drives the runtime (waiting in poll for the
+// peers) before it leaves the rest to the runtime thread. It would only wait.
+constexpr int32_t kRunDriveUs = 50 * 1000;
 
 std::mutex g_mu;
 std::map<int64_t, std::shared_ptr<Communicator>> g_comms;

@@ -25,7 +25,7 @@ namespace {
 // Collectives of at most this many bytes are driven by the executor thread
 // for up to kDriveUs (see Submit).
 constexpr size_t kDriveMaxBytes = 256 << 10;
-constexpr int32_t kDriveUs = 300;
+constexpr int32_t kDriveUs = 1000;
 
 int32_t DtypeCode(DataType dt) {
   switch (dt) {

@@ -16,6 +16,9 @@ namespace {
 // coordinator's verdict on a request before failing it on its own.
 constexpr double kWorkerGraceS = 2.0;
 
+// A driving caller polls without blocking for this long, then blocks in poll.
+constexpr auto kDriveSpin = std::chrono::microseconds(10);
+
 // Set while this thread runs a Step (of any communicator).
 thread_local bool t_in_step = false;
 
@@ -238,7 +241,7 @@ bool Runtime::Interested() const {
 bool Runtime::Drive(const std::function<bool()>& finished, Clock::duration budget) {
   const auto until = Clock::now() + budget;
   // One driver at a time: a Step runs everything that is ready, so a second
-  // one would only spin on step_mu_. The first one's exit sees our requests.
+  // one would only wait for step_mu_. The first one's exit sees our requests.
   // Called from a done callback inside a Step (a TF executor that runs the
   // next kernel inline): step_mu_ is held by this very thread. The Step's
   // owner (loop thread, or a driver that checks Interested() on leaving)
@@ -249,15 +252,28 @@ bool Runtime::Drive(const std::function<bool()>& finished, Clock::duration budge
     return finished();
   }
   bool done = finished();
+  const auto spin_until = Clock::now() + kDriveSpin;
   while (!done && !stop_.load()) {
+    std::vector<pollfd> fds;
+    int timeout_ms;
     {
-      std::unique_lock<std::mutex> step(step_mu_, std::try_to_lock);
-      if (step.owns_lock()) Step();
+      std::lock_guard<std::mutex> step(step_mu_);  // the loop thread holds it only in Step
+      Step();
+      AddControlFds(&fds, nullptr);
+      timeout_ms = PollTimeoutMs(Clock::now());
     }
-    if ((done = finished()) || Clock::now() >= until) break;
-    // A Step costs a system call already; yielding after each one lets a
-    // peer that shares this core (likely on a busy machine) make progress.
-    sched_yield();
+    if ((done = finished())) break;
+    const auto now = Clock::now();
+    if (now >= until) break;
+    if (now < spin_until || fds.empty()) {
+      sched_yield();  // a peer that shares this core (busy machine) gets it
+      continue;
+    }
+    // Wait for the answer in poll, as the loop thread would, but here: it
+    // then wakes the thread that uses it, and no other. (The data path
+    // waits inside Step, see transport/wait.h.)
+    const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
+    (void)poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>({timeout_ms, left_ms, 10})));
   }
   drivers_.fetch_sub(1);
   // The loop thread chose what to wait for before our steps changed the state
