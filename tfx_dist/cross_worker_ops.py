@@ -15,11 +15,18 @@ name)`` (concatenates along dim 0; dim 0 may differ between ranks) and
 ``broadcast(tensors, root, name)``, each usable eagerly and inside
 ``tf.function``.
 
-Ordering: cross-process collectives must be issued in the same order on every
-rank, but TensorFlow runs the independent ops of a graph in any order. So
-within one graph every collective waits (control dependency) for the previous
-collective created in that graph; graphs are traced identically on every rank,
-so the order is the same everywhere, and so are the names (see `_Sequencer`).
+Ordering: with a transport that matches collectives across ranks by name,
+whatever order each rank issues them in (``orders_collectives = True``; the
+runtime behind `CommTransport` negotiates the order), the collectives of a
+graph are left independent, also of the graph's other stateful ops (which
+`tf.function` otherwise runs in program order): those ready together go out
+as one fused transfer, and a step's log reductions need not wait for its
+gradients. Any
+other transport needs the same order on every rank, but TensorFlow runs the
+independent ops of a graph in any order; so there every collective waits
+(control dependency) for the previous collective created in that graph.
+Either way the names come from the order of tracing, which is the same on
+every rank (see `_Sequencer`).
 """
 
 from __future__ import annotations
@@ -82,6 +89,9 @@ class CommTransport:
       communicator: a ``tfx_dist.comm.Communicator`` joined by every worker.
     """
 
+    # The runtime negotiates which collectives every rank has issued.
+    orders_collectives = True
+
     def __init__(self, communicator):
         from tfx_dist.comm import ops as comm_ops  # imported late: loads the op library
 
@@ -111,7 +121,8 @@ class CommTransport:
 
 
 class _Sequencer:
-    """Orders and names the collectives of each graph (see the module docstring).
+    """Names, and with ``chain`` orders, the collectives of each graph (see
+    the module docstring).
 
     Names are ``g<graph>.<kind>.<n>``: ``<graph>`` numbers the graphs in the
     order their first collective was traced, ``<n>`` numbers the collectives
@@ -120,7 +131,8 @@ class _Sequencer:
     graph's names repeat on every run of it.
     """
 
-    def __init__(self):
+    def __init__(self, chain: bool = True):
+        self._chain = chain
         self._graphs = weakref.WeakKeyDictionary()  # graph -> [index, count, last output]
         self._num_graphs = 0
         self._num_eager = 0
@@ -141,11 +153,19 @@ class _Sequencer:
                 self._num_graphs += 1
             index, count, last = state
             state[1] += 1
-        with tf.control_dependencies([last] if last is not None else []):
+        after = [last] if self._chain and last is not None else []
+        with tf.control_dependencies(after):
             out = fn(f"g{index}.{kind}.{count}")
         flat = tf.nest.flatten(out)
         if flat:
             state[2] = flat[0]
+        if not self._chain:
+            # tf.function would otherwise chain every stateful op (these
+            # collectives included) in program order; TensorFlow exempts its
+            # own collectives the same way, by op type.
+            acd = getattr(graph, "experimental_acd_manager", None)
+            for op in {t.op for t in flat} if acd is not None else ():
+                acd.run_independently(op)
         return out
 
 
@@ -167,7 +187,8 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
         super().__init__()
         self.transport = transport
         self.host_device = host_device
-        self._sequencer = _Sequencer()
+        self._sequencer = _Sequencer(
+            chain=not getattr(transport, "orders_collectives", False))
 
     @property
     def _num_between_graph_workers(self):

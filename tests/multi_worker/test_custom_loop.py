@@ -36,6 +36,9 @@ def test_custom_loop_two_workers(tmp_path):
                                    "f16": [1, 1, 1], "i64": [1, 1, 1]}
         assert r["reduce_uint8"] == [3]
         assert r["gather1"] == [[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]]
+        # The runtime negotiates the order, so a graph's collectives are left unchained.
+        assert r["independent_collectives"] == 3 and r["chained_collectives"] == 0
+        assert r["independent_results"] == [3.0, 1.5, [1.0, 2.0]]
 
     # Sharding: disjoint shards that together hold every element.
     for key, everything in (("data_shard", list(range(64))),

@@ -75,6 +75,23 @@ def gather_in_function(v):
 
 out["gather_fn"] = gather_in_function(values).numpy().tolist()
 
+# -- independent collectives in one graph: not chained, any order, right results ----------
+@tf.function
+def independent_collectives():
+    ids = strategy.run(lambda: tf.cast(
+        tf.distribute.get_replica_context().replica_id_in_sync_group + 1, tf.float32))
+    return (strategy.reduce("SUM", ids, axis=None), strategy.reduce("MEAN", ids, axis=None),
+            strategy.gather(strategy.run(lambda v: tf.reshape(v, [1]), args=(ids,)), axis=0))
+
+
+graph = independent_collectives.get_concrete_function().graph
+collectives = [op for op in graph.get_operations() if op.type.startswith("Tfx")]
+out["independent_collectives"] = len(collectives)
+out["chained_collectives"] = sum(1 for op in collectives for c in op.control_inputs
+                                 if c.type.startswith("Tfx"))
+total, mean, gathered = independent_collectives()
+out["independent_results"] = [float(total), float(mean), gathered.numpy().tolist()]
+
 # -- initial values of every dtype come from the chief -------------------------------------
 with strategy.scope():
     odd = {name: tf.Variable(tf.cast(tf.fill([3], me + 1), dtype), name=name)
