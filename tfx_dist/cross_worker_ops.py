@@ -4,7 +4,8 @@
 `tfx_dist.MultiWorkerMirroredStrategy`. Every reduction runs in three steps:
 
 1. *local*: the values of this process's replicas are summed on the first
-   local device (no-op with one device per worker, the common CPU case);
+   local device by `FusedAllReduce` (no-op with one device per worker, the
+   common CPU case);
 2. *cross-process*: the local results go through a *transport* (tfx_dist's
    collectives by default: `CommTransport`) in ONE call per batch of tensors;
 3. *broadcast*: the result is copied to the destination devices.
@@ -37,7 +38,9 @@ import weakref
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.cross_device_ops import reduction_name
+from tfx_dist.cross_device_ops import FusedAllReduce, reduction_name
+
+_SUM = tf.distribute.ReduceOp.SUM
 
 
 # Dtypes tfx_dist's collectives take. Others are converted around the call:
@@ -187,6 +190,7 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
         super().__init__()
         self.transport = transport
         self.host_device = host_device
+        self._local_ops = FusedAllReduce()
         self._sequencer = _Sequencer(
             chain=not getattr(transport, "orders_collectives", False))
 
@@ -200,12 +204,19 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
     def _device_of(self, values) -> str:
         return self.host_device or values[0].device or "/device:CPU:0"
 
-    def _local_sum(self, values):
-        values = list(values)
-        if len(values) == 1:
-            return values[0]
-        with tf.device(self._device_of(values)):
-            return tfc.cross_device_utils.aggregate_tensors_or_indexed_slices(values)
+    def _local_sums(self, per_replica_values):
+        """Each value's sum over this process's replicas, all in `FusedAllReduce`'s fused ops."""
+        sums = [list(v.values)[0] for v in per_replica_values]
+        several = [i for i, v in enumerate(per_replica_values) if len(v.values) > 1]
+        if several:
+            pairs = [(per_replica_values[i], self._device_of(per_replica_values[i].values))
+                     for i in several]
+            for i, total in zip(several, self._local_ops.batch_reduce_implementation(
+                    _SUM, pairs, None)):
+                # One destination: the result itself, or a one-device Mirrored.
+                sums[i] = (total.values[0] if isinstance(total, tfc.values_lib.DistributedValues)
+                           else total)
+        return sums
 
     def _cross_all_reduce(self, tensors):
         """Sums each tensor of ``tensors`` across workers (one transport call)."""
@@ -258,7 +269,7 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
         reduction = reduction_name(reduce_op)
-        local = [self._local_sum(v.values) for v, _ in value_destination_pairs]
+        local = self._local_sums([v for v, _ in value_destination_pairs])
         dense = [i for i, t in enumerate(local) if not isinstance(t, tf.IndexedSlices)]
         reduced = list(local)
         for i, t in zip(dense, self._cross_all_reduce([local[i] for i in dense])):

@@ -53,3 +53,9 @@ def test_refuses_ps_tasks():
         task_type="ps", task_id=0)
     with pytest.raises(ValueError, match="ps"):
         MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+
+
+def test_local_replicas_are_summed_by_the_fused_op(strategy):
+    from local import strategy_checks
+
+    strategy_checks.uses_fused_reduce(strategy)
