@@ -13,7 +13,7 @@
 namespace tfx::comm {
 
 Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
-  ++idle_;
+  if (++idle_ == 1) spin_until_ = Clock::now() + kSpinBeforeBlock;
   const int rfd = recv_from != nullptr ? recv_from->poll_fd() : -2;
   const int sfd = send_to != nullptr ? send_to->poll_fd() : -2;
   if (rfd != -1 && sfd != -1) {  // everything waited on is pollable
@@ -25,7 +25,11 @@ Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
       else fds[nfds++] = pollfd{sfd, POLLOUT, 0};
     }
     if (nfds == 0) return Status::Ok();
-    int r = poll(fds, nfds, deadline_.remaining_ms(1000));
+    // Spin first here too (the caller retries its nonblocking send/recv):
+    // a sleep in poll and the wake-up cost more than a small message takes.
+    const int timeout_ms = Clock::now() < spin_until_ ? 0 : deadline_.remaining_ms(1000);
+    int r = poll(fds, nfds, timeout_ms);
+    if (r == 0 && timeout_ms == 0) sched_yield();
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + std::strerror(errno));
     if (r == 0 && deadline_.expired()) return Status(Code::kTimeout, "timed out");
     return Status::Ok();
@@ -34,7 +38,6 @@ Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
   // away), then sleep on the transport's doorbell. With two different pairs
   // to wait on, sleep in short naps on the receive side.
   bool checked = false;
-  if (idle_ == 1) spin_until_ = Clock::now() + kSpinBeforeBlock;
   if ((idle_ & 15u) != 0) {
     _mm_pause();
   } else if (Clock::now() < spin_until_) {

@@ -1,8 +1,9 @@
 // Waiting for a pair to become ready, bounded by a deadline.
 //
-// TCP pairs are waited on with poll(); shared-memory pairs have nothing to
-// poll, so the waiter spins briefly, then yields, then sleeps in short naps,
-// checking now and then that the peer is still alive.
+// Both spin for up to kSpinBeforeBlock (spin.h) first. Then TCP pairs are
+// waited on with poll(); shared-memory pairs have nothing to poll, so the
+// waiter sleeps on the transport's doorbell or in short naps, checking now
+// and then that the peer is still alive.
 #pragma once
 
 #include "custom_ops/comm/core/deadline.h"
