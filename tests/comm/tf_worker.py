@@ -27,7 +27,7 @@ def main():
         m = ops.all_reduce([c], comm, reduction="mean")
         g = ops.all_gather(tf.reshape(a[: rank + 1], [-1, 1]), comm)
         bc = ops.broadcast([c], comm, root=size - 1)
-        # Above the kernel's 256 KiB drive limit: left to the runtime thread.
+        # A larger tensor (several shared-memory slots) beside the small ones.
         big = ops.all_reduce([tf.fill([100_000], tf.cast(rank, tf.float32))], comm, reduction="max")
         return s, m, g, bc, big
 
