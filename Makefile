@@ -1,7 +1,7 @@
 # The two commands of the README, and the benchmark.
 PYTHON ?= python3
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test bench horovod
 
 setup:
 	bash scripts/setup.sh
@@ -16,3 +16,8 @@ test: setup
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py
+
+# Horovod 0.28.1 (TensorFlow 2.12.1, Gloo) in build/horovod-venv: the Horovod
+# column of the cross-process all-reduce benchmark (10-25 min to build).
+horovod:
+	bash benchmarks/setup_horovod.sh
