@@ -423,8 +423,9 @@ def markdown(report: dict) -> str:
     for title, case in report["diagnostics"].items():
         lines += [f"### Diagnostics ({title}; intra-op threads "
                   f"{report['intra_op_threads'] or 'default'})", "",
-                  "Bucket sizes passed to `FusedAllReduce(bucket_bytes=...)` (the CPU kernel clamps "
-                  "the bucket to between 256 KiB and total/(4 x threads)), and the bare "
+                  "Bucket sizes passed to `FusedAllReduce(bucket_bytes=...)` (the CPU kernel uses "
+                  "one thread per 8 MiB of memory traffic and clamps the bucket to between "
+                  "256 KiB and total/(16 x those threads)), and the bare "
                   "`tfx_dist.fused_reduce` op without CrossDeviceOps around it.", "",
                   _case_table(case), ""]
     return "\n".join(lines)
