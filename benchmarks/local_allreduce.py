@@ -100,6 +100,22 @@ def _depends_on(tf, outputs):
     return tf.add_n(firsts)
 
 
+def _step_function(tf, body, variables=None):
+    """``body(flat)`` as a tf.function: of its arguments, or, with ``variables``
+    (device-major list of lists), of their values read on their own devices."""
+    if variables is None:
+        return tf.function(lambda *flat: body(flat))
+
+    def read_all():
+        flat = []
+        for per_device in variables:
+            with tf.device(per_device[0].device):
+                flat += [v.read_value() for v in per_device]
+        return flat
+
+    return tf.function(lambda: body(read_all()))
+
+
 def make_step(tf, cross_device_ops, num_devices: int, num_tensors: int, variables=None,
               return_outputs: bool = True):
     """A tf.function running one batch_reduce (None ops: identities, the baseline).
@@ -130,17 +146,7 @@ def make_step(tf, cross_device_ops, num_devices: int, num_tensors: int, variable
             return out
         return _depends_on(tf, out)
 
-    if variables is None:
-        return tf.function(lambda *flat: body(flat))
-
-    def read_all():
-        flat = []
-        for per_device in variables:
-            with tf.device(per_device[0].device):
-                flat += [v.read_value() for v in per_device]
-        return flat
-
-    return tf.function(lambda: body(read_all()))
+    return _step_function(tf, body, variables)
 
 
 def make_direct_step(tf, num_devices, num_tensors, device, variables=None,
@@ -156,17 +162,7 @@ def make_direct_step(tf, num_devices, num_tensors, device, variables=None,
             return out
         return _depends_on(tf, out)
 
-    if variables is None:
-        return tf.function(lambda *flat: body(flat))
-
-    def read_all():
-        flat = []
-        for per_device in variables:
-            with tf.device(per_device[0].device):
-                flat += [v.read_value() for v in per_device]
-        return flat
-
-    return tf.function(lambda: body(read_all()))
+    return _step_function(tf, body, variables)
 
 
 def build_systems(tf, extra_fused: dict | None = None):

@@ -91,7 +91,7 @@ def _nbytes(t) -> int | None:
 
 
 class FusedAllReduce(tf.distribute.CrossDeviceOps):
-    """All-reduce across the devices of one process in one fused op per batch.
+    """All-reduce across the devices of one process in a few fused ops per batch.
 
     Example:
     ```python
@@ -132,7 +132,7 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
         pack_bytes = getattr(options, "bytes_per_pack", 0) or None
         reduced = [None] * len(value_destination_pairs)
         reduce_devices = [None] * len(value_destination_pairs)
-        # Dense values on the same devices, reduced on the same device, share one op.
+        # Dense values on the same devices, reduced on the same device, share ops (packs).
         groups = collections.defaultdict(list)  # (device, devices, op reduction) -> indices
         dense_values = {}
         for i, (value, destinations) in enumerate(value_destination_pairs):

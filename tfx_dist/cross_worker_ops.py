@@ -22,10 +22,10 @@ runtime behind `CommTransport` negotiates the order), the collectives of a
 graph are left independent, also of the graph's other stateful ops (which
 `tf.function` otherwise runs in program order): those ready together go out
 as one fused transfer, and a step's log reductions need not wait for its
-gradients. Any
-other transport needs the same order on every rank, but TensorFlow runs the
-independent ops of a graph in any order; so there every collective waits
-(control dependency) for the previous collective created in that graph.
+gradients. Any other transport needs the same order on every rank, but
+TensorFlow runs the independent ops of a graph in any order; so there every
+collective waits (control dependency) for the previous collective created in
+that graph.
 Either way the names come from the order of tracing, which is the same on
 every rank (see `_Sequencer`).
 """
@@ -136,7 +136,7 @@ class _Sequencer:
 
     def __init__(self, chain: bool = True):
         self._chain = chain
-        self._graphs = weakref.WeakKeyDictionary()  # graph -> [index, count, last output]
+        self._graphs = weakref.WeakKeyDictionary()  # graph -> [index, count, last output if chained]
         self._num_graphs = 0
         self._num_eager = 0
         self._lock = threading.Lock()
@@ -156,13 +156,13 @@ class _Sequencer:
                 self._num_graphs += 1
             index, count, last = state
             state[1] += 1
-        after = [last] if self._chain and last is not None else []
-        with tf.control_dependencies(after):
+        with tf.control_dependencies([last] if last is not None else []):
             out = fn(f"g{index}.{kind}.{count}")
         flat = tf.nest.flatten(out)
-        if flat:
-            state[2] = flat[0]
-        if not self._chain:
+        if self._chain:
+            if flat:
+                state[2] = flat[0]
+        else:
             # tf.function would otherwise chain every stateful op (these
             # collectives included) in program order; TensorFlow exempts its
             # own collectives the same way, by op type.

@@ -143,13 +143,9 @@ class FusedReduceCpu : public FusedReduceBase {
   absl::Status AllocateRest(OpKernelContext* ctx, const OpInputList& inputs,
                             const std::vector<int>& which,
                             std::vector<Tensor*>* outputs) override {
-    std::vector<tensorflow::DataType> dtypes(outputs->size());
-    std::vector<tensorflow::TensorShape> shapes(outputs->size());
-    for (int k : which) {
-      dtypes[k] = inputs[k].dtype();
-      shapes[k] = inputs[k].shape();
-    }
-    return arena_.AllocateOutputs(ctx, which, dtypes, shapes, outputs);
+    std::vector<OutputSpec> specs;
+    for (int k : which) specs.push_back({k, inputs[k].dtype(), inputs[k].shape()});
+    return arena_.AllocateOutputs(ctx, specs, outputs);
   }
 
   void Reduce(OpKernelContext* ctx, const OpInputList& inputs,

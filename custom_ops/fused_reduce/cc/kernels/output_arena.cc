@@ -2,7 +2,6 @@
 
 namespace tfx_dist {
 
-using ::tensorflow::DataType;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
@@ -35,27 +34,25 @@ absl::Status OutputArena::FreeBlock(OpKernelContext* ctx, int64_t bytes, Tensor*
   return absl::OkStatus();
 }
 
-absl::Status OutputArena::AllocateOutputs(OpKernelContext* ctx, const std::vector<int>& which,
-                                          const std::vector<DataType>& dtypes,
-                                          const std::vector<TensorShape>& shapes,
+absl::Status OutputArena::AllocateOutputs(OpKernelContext* ctx,
+                                          const std::vector<OutputSpec>& specs,
                                           std::vector<Tensor*>* outputs) {
-  if (which.empty()) return absl::OkStatus();
-  std::vector<int64_t> offsets;
+  if (specs.empty()) return absl::OkStatus();
+  std::vector<int64_t> bytes, offsets;
   int64_t total = 0;
-  for (int k : which) {
+  for (const OutputSpec& spec : specs) {
+    bytes.push_back(spec.shape.num_elements() * tensorflow::DataTypeSize(spec.dtype));
     offsets.push_back(total);
-    total += AlignUp(shapes[k].num_elements() * tensorflow::DataTypeSize(dtypes[k]));
+    total += AlignUp(bytes.back());
   }
   Tensor block;
   TF_RETURN_IF_ERROR(FreeBlock(ctx, std::max<int64_t>(total, kAlignment), &block));
-  for (size_t i = 0; i < which.size(); ++i) {
-    const int k = which[i];
-    const int64_t bytes = shapes[k].num_elements() * tensorflow::DataTypeSize(dtypes[k]);
+  for (size_t i = 0; i < specs.size(); ++i) {
     Tensor view;
-    TF_RETURN_IF_ERROR(view.BitcastFrom(block.Slice(offsets[i], offsets[i] + bytes), dtypes[k],
-                                        shapes[k]));
-    ctx->set_output(k, view);
-    (*outputs)[k] = ctx->mutable_output(k);
+    TF_RETURN_IF_ERROR(view.BitcastFrom(block.Slice(offsets[i], offsets[i] + bytes[i]),
+                                        specs[i].dtype, specs[i].shape));
+    ctx->set_output(specs[i].index, view);
+    (*outputs)[specs[i].index] = ctx->mutable_output(specs[i].index);
   }
   return absl::OkStatus();
 }

@@ -24,16 +24,22 @@
 
 namespace tfx_dist {
 
+// One output to allocate: its index among the op's outputs, dtype and shape.
+struct OutputSpec {
+  int index;
+  tensorflow::DataType dtype;
+  tensorflow::TensorShape shape;
+};
+
 class OutputArena {
  public:
   static constexpr int kMaxBlocks = 2;
 
-  // Sets every output `k` of `ctx` listed in `which` to a view of one block,
-  // with dtype `dtypes[k]` and shape `shapes[k]`, and stores it in
-  // (*outputs)[k]. Views start on 64-byte boundaries, as Eigen expects.
-  absl::Status AllocateOutputs(tensorflow::OpKernelContext* ctx, const std::vector<int>& which,
-                               const std::vector<tensorflow::DataType>& dtypes,
-                               const std::vector<tensorflow::TensorShape>& shapes,
+  // Sets output `spec.index` of `ctx`, for every spec, to a view of one block
+  // with the spec's dtype and shape, and stores it in (*outputs)[spec.index].
+  // Views start on 64-byte boundaries, as Eigen expects.
+  absl::Status AllocateOutputs(tensorflow::OpKernelContext* ctx,
+                               const std::vector<OutputSpec>& specs,
                                std::vector<tensorflow::Tensor*>* outputs);
 
  private:
