@@ -39,6 +39,7 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
+from tfx_dist import input_balance
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
 
 
@@ -81,7 +82,9 @@ class MultiWorkerMirroredExtended(tfc.collective_all_reduce_strategy.CollectiveA
 
     It keeps TensorFlow's input pipeline (per-worker sharding, partial
     batches), variable mirroring and replica bookkeeping, and replaces every
-    reduction, gather and initial-value broadcast with `CrossWorkerOps`.
+    reduction, gather and initial-value broadcast with `CrossWorkerOps`. It
+    skips the input pipeline's per-step "has data" all-reduce where no worker
+    can run out first (`input_balance`).
     """
 
     def __init__(self, container_strategy, cluster_resolver=None, communication_options=None,
@@ -162,6 +165,16 @@ class MultiWorkerMirroredExtended(tfc.collective_all_reduce_strategy.CollectiveA
         # Through merge_call: one batch of cross-process collectives for all replicas.
         return tfc.distribute_lib.StrategyExtendedV2._replica_ctx_all_reduce(
             self, reduce_op, value, options)
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def _experimental_distribute_dataset(self, dataset, options):
+        distributed = super()._experimental_distribute_dataset(dataset, options)
+        if self._num_workers > 1 and input_balance.same_batch_count_on_every_worker(dataset):
+            # No worker can run out before the others: skip TF's per-step
+            # "has data" all-reduce (see input_balance).
+            distributed._enable_get_next_as_optional = False  # pylint: disable=protected-access
+        return distributed
 
     # -- variables start equal on every worker -------------------------------------------------
 

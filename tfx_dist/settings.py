@@ -30,6 +30,14 @@ def _bool(text: str) -> bool:
     raise ValueError(f"expected a boolean (1/0, true/false), got {text!r}")
 
 
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {text!r}")
+        return text.lower()
+    return parse
+
+
 SETTINGS = {
     setting.env: setting
     for setting in (
@@ -54,6 +62,11 @@ SETTINGS = {
                 "or bfloat16."),
         Setting("TFX_SHM", True, _bool,
                 "Use shared memory between processes on the same host (else TCP)."),
+        Setting("TFX_PARTIAL_BATCH_SYNC", "auto", _choice("auto", "always"),
+                "Multi-worker input: `auto` skips TensorFlow's per-step all-reduce of "
+                "\"this worker still has data\" when every worker provably reads as many "
+                "batches as the others (DATA or OFF sharding, or AUTO without files); "
+                "`always` keeps it."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, int,
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),

@@ -103,3 +103,11 @@ def test_cycle_time_holds_requests_back_and_fuses_what_arrived_meanwhile():
         assert [results[i][0][0] for i in range(2)] == [0.0, 1.0]
         # "first" alone, then both threads' requests in one bucket.
         assert comm.stats()["allreduce_buckets"] == 2
+
+
+def test_the_runtime_thread_is_named_for_top_and_profilers(comm):
+    names = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/comm") as f:
+            names.add(f.read().strip())
+    assert "tfx_comm_r0" in names

@@ -48,3 +48,11 @@ def test_custom_loop_two_workers(tmp_path):
     # FILE: each worker reads whole files (2 of the 4).
     assert {v // 100 for v in r0["file_shard"]} == {0, 2}
     assert {v // 100 for v in r1["file_shard"]} == {1, 3}
+
+    # TF's per-step "has data" all-reduce: skipped for DATA sharding (every worker gets as
+    # many batches), kept for FILE sharding, where workers' data can end at different steps.
+    for r in results:
+        assert r["input_collectives_data"] == 0
+        assert r["input_collectives_file"] == 1
+    assert r0["uneven_file_steps"] == [2] * 6
+    assert r1["uneven_file_steps"] == [2, 2, 2, 0, 0, 0]

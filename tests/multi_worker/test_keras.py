@@ -55,7 +55,7 @@ def test_two_workers_fit_evaluate_predict_match_one_process(tmp_path, reference,
     _assert_same_weights(results)
     for r in results:
         _assert_matches_reference(r, reference)
-    assert len(results[0]["predictions"]) == 100
+    assert len(results[0]["predictions"]) == 97
     if input_kind == "from_function":
         assert [r["contexts"] for r in results] == [[[0, 2, 2]], [[1, 2, 2]]]
 

@@ -128,4 +128,25 @@ file_options.experimental_distribute.auto_shard_policy = tf.data.experimental.Au
 file_ds = (tf.data.TextLineDataset(files).map(lambda s: tf.strings.to_number(s, tf.int64))
            .batch(4).with_options(file_options))
 out["file_shard"] = local_elements(strategy.experimental_distribute_dataset(file_ds))
+
+
+# -- the per-step "has data" all-reduce: skipped only where workers cannot run out first -----
+def input_collectives(distributed):
+    # A fresh tf.function each time: an iterator's type spec does not record whether it
+    # checks, so one traced function would serve both kinds.
+    next_of = tf.function(lambda iterator: next(iterator))
+    graph = next_of.get_concrete_function(iter(distributed)).graph
+    return sum(1 for op in graph.get_operations() if op.type.startswith("Tfx"))
+
+
+out["input_collectives_data"] = input_collectives(strategy.experimental_distribute_dataset(
+    tf.data.Dataset.range(64).batch(8).with_options(data_options)))
+# FILE sharding of 3 files: worker 0 reads 2 (12 lines: 6 batches of 2 per replica),
+# worker 1 one (3 batches); both step 6 times, worker 1 getting empty batches at the end.
+uneven = strategy.experimental_distribute_dataset(
+    tf.data.TextLineDataset(files[:3]).map(lambda s: tf.strings.to_number(s, tf.int64))
+    .batch(4).with_options(file_options))
+out["input_collectives_file"] = input_collectives(uneven)
+out["uneven_file_steps"] = [sum(int(tf.size(t)) for t in strategy.experimental_local_results(e))
+                            for e in uneven]
 report(out)
