@@ -10,14 +10,27 @@ into one piece per replica of every worker, giving an empty piece rather than
 none when a partial batch runs short, so every worker reads exactly as many
 elements as the global dataset has batches. Sharding by FILE splits files,
 which need not hold equal numbers of records.
+
+A strategy marks such a distributed dataset with TF's own flag
+(``_enable_get_next_as_optional = False``), which ``get_next`` honours.
+``get_next_as_optional`` (Keras with ``steps_per_execution`` > 1) ignores it
+and always all-reduces; `check_locally_when_balanced` makes it check only the
+local replicas there, which then agree with every other worker's.
+
+Caveat, as in TensorFlow: a distributed iterator's type spec does not record
+the flag, so a ``tf.function`` traced with one iterator reuses its graph for
+another of the same element spec from a differently sharded dataset.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+import types
 
 import tensorflow as tf
 
+from tfx_dist import _tf_compat as tfc
 from tfx_dist import settings
 
 _Policy = tf.data.experimental.AutoShardPolicy
@@ -68,3 +81,39 @@ def _op_types(graph) -> set[str]:
     for fn in graph_def.library.function:
         types.update(node.op for node in fn.node_def)
     return types
+
+
+_local_check = threading.local()
+_NOT_MULTI_WORKER = types.SimpleNamespace(
+    extended=types.SimpleNamespace(_in_multi_worker_mode=lambda: False))
+
+
+def check_locally_when_balanced(strategy_class) -> None:
+    """Makes ``get_next_as_optional`` of balanced iterators of ``strategy_class`` local.
+
+    Idempotent. Other strategies' iterators keep TensorFlow's behaviour.
+    """
+    input_lib = tfc.input_lib
+    if getattr(input_lib, "_tfx_balanced_classes", None) is None:
+        input_lib._tfx_balanced_classes = set()
+        get_next_as_optional = input_lib.DistributedIterator.get_next_as_optional
+        replicas_with_values = input_lib._calculate_replicas_with_values
+
+        def balanced_get_next_as_optional(self):
+            if (self._enable_get_next_as_optional
+                    or not isinstance(self._strategy, tuple(input_lib._tfx_balanced_classes))):
+                return get_next_as_optional(self)
+            _local_check.active = True
+            try:
+                return get_next_as_optional(self)
+            finally:
+                _local_check.active = False
+
+        def local_replicas_with_values(strategy, input_workers, optional_list):
+            if getattr(_local_check, "active", False):
+                strategy = _NOT_MULTI_WORKER  # count this worker's replicas only
+            return replicas_with_values(strategy, input_workers, optional_list)
+
+        input_lib.DistributedIterator.get_next_as_optional = balanced_get_next_as_optional
+        input_lib._calculate_replicas_with_values = local_replicas_with_values
+    input_lib._tfx_balanced_classes.add(strategy_class)

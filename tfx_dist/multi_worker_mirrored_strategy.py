@@ -174,6 +174,7 @@ class MultiWorkerMirroredExtended(tfc.collective_all_reduce_strategy.CollectiveA
             # No worker can run out before the others: skip TF's per-step
             # "has data" all-reduce (see input_balance).
             distributed._enable_get_next_as_optional = False  # pylint: disable=protected-access
+            input_balance.check_locally_when_balanced(type(self._container_strategy()))
         return distributed
 
     # -- variables start equal on every worker -------------------------------------------------

@@ -51,8 +51,10 @@ def test_custom_loop_two_workers(tmp_path):
 
     # TF's per-step "has data" all-reduce: skipped for DATA sharding (every worker gets as
     # many batches), kept for FILE sharding, where workers' data can end at different steps.
+    # The same for get_next_as_optional (Keras with steps_per_execution > 1).
     for r in results:
-        assert r["input_collectives_data"] == 0
-        assert r["input_collectives_file"] == 1
-    assert r0["uneven_file_steps"] == [2] * 6
-    assert r1["uneven_file_steps"] == [2, 2, 2, 0, 0, 0]
+        assert r["input_collectives_data"] == 0 and r["optional_collectives_data"] == 0
+        assert r["input_collectives_file"] == 1 and r["optional_collectives_file"] == 1
+        assert r["optional_steps_data"] == [4] * 8  # 8 batches of 8, 4 per worker
+    assert r0["uneven_file_steps"] == r0["optional_steps_file"] == [2] * 6
+    assert r1["uneven_file_steps"] == r1["optional_steps_file"] == [2, 2, 2, 0, 0, 0]

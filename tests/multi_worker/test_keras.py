@@ -60,6 +60,15 @@ def test_two_workers_fit_evaluate_predict_match_one_process(tmp_path, reference,
         assert [r["contexts"] for r in results] == [[[0, 2, 2]], [[1, 2, 2]]]
 
 
+def test_steps_per_execution_matches_one_process(tmp_path, reference):
+    # Several steps per tf.function call: the input checks run through get_next_as_optional.
+    results = _run(tmp_path, "keras_train.py", 2,
+                   {"MODE": "multi", "INPUT": "numpy", "STEPS_PER_EXECUTION": "4"})
+    _assert_same_weights(results)
+    for r in results:
+        _assert_matches_reference(r, reference)
+
+
 def test_three_workers_two_devices_each(tmp_path, reference):
     results = _run(tmp_path, "keras_train.py", 3,
                    {"MODE": "multi", "INPUT": "dataset", "LOCAL_DEVICES": 2}, timeout_s=240)

@@ -139,14 +139,36 @@ def input_collectives(distributed):
     return sum(1 for op in graph.get_operations() if op.type.startswith("Tfx"))
 
 
-out["input_collectives_data"] = input_collectives(strategy.experimental_distribute_dataset(
-    tf.data.Dataset.range(64).batch(8).with_options(data_options)))
+def optional_collectives(distributed):
+    next_of = tf.function(lambda iterator: iterator.get_next_as_optional().has_value())
+    graph = next_of.get_concrete_function(iter(distributed)).graph
+    return sum(1 for op in graph.get_operations() if op.type.startswith("Tfx"))
+
+
+def optional_steps(distributed):
+    """Sizes of the local batches until get_next_as_optional has no value."""
+    iterator, sizes = iter(distributed), []
+    while True:
+        optional = iterator.get_next_as_optional()
+        if not optional.has_value():
+            return sizes
+        sizes.append(sum(int(tf.size(t))
+                         for t in strategy.experimental_local_results(optional.get_value())))
+
+
+balanced = strategy.experimental_distribute_dataset(
+    tf.data.Dataset.range(64).batch(8).with_options(data_options))
+out["input_collectives_data"] = input_collectives(balanced)
+out["optional_collectives_data"] = optional_collectives(balanced)
+out["optional_steps_data"] = optional_steps(balanced)
 # FILE sharding of 3 files: worker 0 reads 2 (12 lines: 6 batches of 2 per replica),
 # worker 1 one (3 batches); both step 6 times, worker 1 getting empty batches at the end.
 uneven = strategy.experimental_distribute_dataset(
     tf.data.TextLineDataset(files[:3]).map(lambda s: tf.strings.to_number(s, tf.int64))
     .batch(4).with_options(file_options))
 out["input_collectives_file"] = input_collectives(uneven)
+out["optional_collectives_file"] = optional_collectives(uneven)
+out["optional_steps_file"] = optional_steps(uneven)
 out["uneven_file_steps"] = [sum(int(tf.size(t)) for t in strategy.experimental_local_results(e))
                             for e in uneven]
 report(out)

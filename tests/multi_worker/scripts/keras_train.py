@@ -2,7 +2,7 @@
 
 Environment: MODE=multi|reference (reference: one process, no strategy, same
 global batch), INPUT=numpy|dataset|from_function, LOCAL_DEVICES (logical CPUs
-per worker), EPOCHS.
+per worker), EPOCHS, STEPS_PER_EXECUTION.
 """
 import os
 
@@ -35,7 +35,8 @@ keras.utils.set_random_seed(1234 + int(os.environ.get("SEED_OFFSET", "0")))
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                               keras.layers.Dense(1)])
-    model.compile(keras.optimizers.SGD(0.05), "mse", metrics=["mae"])
+    model.compile(keras.optimizers.SGD(0.05), "mse", metrics=["mae"],
+                  steps_per_execution=int(os.environ.get("STEPS_PER_EXECUTION", "1")))
 initial = [w.tolist() for w in model.get_weights()]
 contexts = []
 
