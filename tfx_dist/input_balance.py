@@ -8,8 +8,9 @@ It is only needed when workers can run out at different times. When the
 dataset is sharded by DATA (or not sharded), TF rebatches every global batch
 into one piece per replica of every worker, giving an empty piece rather than
 none when a partial batch runs short, so every worker reads exactly as many
-elements as the global dataset has batches. Sharding by FILE splits files,
-which need not hold equal numbers of records.
+elements as the global dataset has batches (DATA sharding already assumes that
+every worker's copy of the pipeline yields the same global stream). Sharding
+by FILE splits files, which need not hold equal numbers of records.
 
 A strategy marks such a distributed dataset with TF's own flag
 (``_enable_get_next_as_optional = False``), which ``get_next`` honours.
@@ -77,12 +78,13 @@ def _reads_files(dataset: tf.data.Dataset) -> bool:
 def _op_types(graph) -> set[str]:
     """Op types of a function graph and of every function it calls."""
     graph_def = graph.as_graph_def()
-    types = {node.op for node in graph_def.node}
+    found = {node.op for node in graph_def.node}
     for fn in graph_def.library.function:
-        types.update(node.op for node in fn.node_def)
-    return types
+        found.update(node.op for node in fn.node_def)
+    return found
 
 
+_balanced_classes: set[type] = set()  # strategies whose balanced iterators check locally
 _local_check = threading.local()
 _NOT_MULTI_WORKER = types.SimpleNamespace(
     extended=types.SimpleNamespace(_in_multi_worker_mode=lambda: False))
@@ -94,14 +96,13 @@ def check_locally_when_balanced(strategy_class) -> None:
     Idempotent. Other strategies' iterators keep TensorFlow's behaviour.
     """
     input_lib = tfc.input_lib
-    if getattr(input_lib, "_tfx_balanced_classes", None) is None:
-        input_lib._tfx_balanced_classes = set()
+    if not _balanced_classes:  # first call: wrap TF's two functions once
         get_next_as_optional = input_lib.DistributedIterator.get_next_as_optional
         replicas_with_values = input_lib._calculate_replicas_with_values
 
         def balanced_get_next_as_optional(self):
             if (self._enable_get_next_as_optional
-                    or not isinstance(self._strategy, tuple(input_lib._tfx_balanced_classes))):
+                    or not isinstance(self._strategy, tuple(_balanced_classes))):
                 return get_next_as_optional(self)
             _local_check.active = True
             try:
@@ -116,4 +117,4 @@ def check_locally_when_balanced(strategy_class) -> None:
 
         input_lib.DistributedIterator.get_next_as_optional = balanced_get_next_as_optional
         input_lib._calculate_replicas_with_values = local_replicas_with_values
-    input_lib._tfx_balanced_classes.add(strategy_class)
+    _balanced_classes.add(strategy_class)
