@@ -23,7 +23,7 @@ import collections
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.local_reduce import DTYPES, fused_reduce
+from tfx_dist.local_reduce import DTYPES, block_views, fused_reduce, fused_reduce_with_block
 
 _ReduceOp = tf.distribute.ReduceOp
 
@@ -153,38 +153,69 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
             op_reduction = "sum" if values[0].dtype.is_integer else reduction
             groups[(device, len(values), op_reduction)].append(i)
             dense_values[i] = values
+        destinations = [self._devices_of(d) for _, d in value_destination_pairs]
+        handed = {}  # index -> {device: the result there}, from a block's views
         for (device, num_devices, op_reduction), members in groups.items():
             sizes = [_nbytes(dense_values[i][0]) for i in members]
             for pack in split_into_packs(sizes, pack_bytes):
                 pack = [members[p] for p in pack]
                 per_device = [[dense_values[i][d] for i in pack] for d in range(num_devices)]
+                others = self._block_receivers(device, [destinations[i] for i in pack],
+                                               per_device[0], op_reduction == reduction)
                 with tf.device(device):
-                    results = fused_reduce(per_device, op_reduction, self.bucket_bytes)
+                    if others:
+                        results, block = fused_reduce_with_block(per_device, op_reduction,
+                                                                 self.bucket_bytes)
+                    else:
+                        results = fused_reduce(per_device, op_reduction, self.bucket_bytes)
                     if op_reduction != reduction:
                         results = [r / num_devices for r in results]
+                for other in others:
+                    with tf.device(other):
+                        for i, view in zip(pack, block_views(block, results)):
+                            handed.setdefault(i, {})[other] = view
                 for i, result in zip(pack, results):
                     reduced[i] = result
-        return self._to_destinations(reduced, [d for _, d in value_destination_pairs],
-                                     reduce_devices)
+        return self._to_destinations(reduced, destinations, reduce_devices, handed)
 
-    def _to_destinations(self, results, destinations, reduce_devices):
-        """Mirrored values of ``results[i]`` on ``destinations[i]``.
+    def _devices_of(self, destinations) -> list[str]:
+        return [tfc.device_util.canonicalize(d) for d in
+                tfc.cross_device_ops_lib.get_devices_from(destinations, self._canonicalize_devices)]
 
-        The device that reduced keeps the result itself, and each other device
-        gets the dense results it needs from ONE ``IdentityN``: TensorFlow's
-        broadcast would add an ``Identity`` per tensor and device, and on the
-        CPU those ops cost more than the reduction.
+    @staticmethod
+    def _block_receivers(device, destinations, values, plain) -> list[str]:
+        """The devices that get a pack's results as views of its block: on the CPU,
+        every other destination, when all the pack's results go to the same devices,
+        the op's outputs are the results (``plain``) and their shapes are known."""
+        here = tfc.device_util.canonicalize(device)
+        others = [d for d in destinations[0] if d != here]
+        if (not plain or not others or any(d != destinations[0] for d in destinations)
+                or not all(t.shape.is_fully_defined() for t in values)):
+            return []
+        if any(tf.DeviceSpec.from_string(d).device_type != "CPU" for d in [here] + others):
+            return []
+        return others
+
+    def _to_destinations(self, results, destinations, reduce_devices, handed=None):
+        """Mirrored values of ``results[i]`` on the devices ``destinations[i]``.
+
+        The device that reduced keeps the result itself. Another device takes
+        the views ``handed`` to it (``handed[i][device]``), or else gets the
+        dense results it needs from ONE ``IdentityN``: TensorFlow's broadcast
+        would add an ``Identity`` per tensor and device, and on the CPU each
+        such cross-device edge costs more than reducing a small tensor.
         """
+        handed = handed or {}
         placed = []  # per result: canonical device -> the value there
         copies = collections.defaultdict(list)  # device -> indices of dense results to copy
-        for i, (result, dest) in enumerate(zip(results, destinations)):
+        for i, (result, devices) in enumerate(zip(results, destinations)):
             here = tfc.device_util.canonicalize(reduce_devices[i])
-            devices = [tfc.device_util.canonicalize(d) for d in
-                       tfc.cross_device_ops_lib.get_devices_from(dest, self._canonicalize_devices)]
             placed.append(dict.fromkeys(devices))
             for d in devices:
                 if d == here:
                     placed[i][d] = result
+                elif d in handed.get(i, {}):
+                    placed[i][d] = handed[i][d]
                 elif isinstance(result, tf.IndexedSlices):
                     placed[i][d] = tfc.cross_device_utils.copy_tensor_or_indexed_slices_to_device(
                         result, d)

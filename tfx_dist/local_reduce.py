@@ -46,6 +46,39 @@ def fused_reduce(per_device: Sequence[Sequence[tf.Tensor]], reduction: str = "su
       ValueError: unknown reduction, or devices whose lists differ in length,
         dtype or shape.
     """
+    flat, first, num_devices = _flat_inputs(per_device, reduction)
+    if not first:
+        return []
+    return _fused_reduce_op(flat, first, num_devices, reduction, bucket_bytes, [])[0]
+
+
+def fused_reduce_with_block(per_device: Sequence[Sequence[tf.Tensor]], reduction: str = "sum",
+                            bucket_bytes: int | None = None) -> tuple[list[tf.Tensor], tf.Tensor]:
+    """`fused_reduce` on the CPU that also returns the one buffer holding every result.
+
+    `block_views` of that block on another device gives that device the results
+    through one cross-device edge instead of one per tensor (the results never
+    take over an input's buffer then). Same arguments as `fused_reduce`; the
+    lists must not be empty and the shapes must be fully defined.
+    """
+    flat, first, num_devices = _flat_inputs(per_device, reduction)
+    if not first or not all(t.shape.is_fully_defined() for t in first):
+        raise ValueError("fused_reduce_with_block needs tensors of fully defined shapes. "
+                         f"Received: {[t.shape for t in first]}")
+    return _fused_reduce_op(flat, first, num_devices, reduction, bucket_bytes, [tf.uint8])
+
+
+def block_views(block: tf.Tensor, like: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    """The results in a `fused_reduce_with_block` block, as views (no copy) on the current device.
+
+    ``like``: the reduced tensors (their dtypes and shapes), in order.
+    """
+    return list(_OPS.tfx_block_views(block=block, dtypes=[t.dtype for t in like],
+                                     shapes=[t.shape for t in like]))
+
+
+def _flat_inputs(per_device, reduction):
+    """Validated op inputs (device-major), device 0's tensors, number of devices."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"Expected `reduction` to be one of {REDUCTIONS}. Received: "
                          f"reduction={reduction!r}")
@@ -57,15 +90,18 @@ def fused_reduce(per_device: Sequence[Sequence[tf.Tensor]], reduction: str = "su
         if len(values) != num_tensors:
             raise ValueError(f"Every device must contribute the same number of tensors: device 0 "
                              f"has {num_tensors}, device {d} has {len(values)}.")
-    if num_tensors == 0:
-        return []
     first = [tf.convert_to_tensor(t) for t in per_device[0]]
     for t in first:
         if t.dtype not in DTYPES:
             raise ValueError(f"Expected tensors of dtype {[d.name for d in DTYPES]}. "
                              f"Received: a tensor of dtype {t.dtype.name}")
     flat = first + [tf.convert_to_tensor(t) for values in per_device[1:] for t in values]
+    return flat, first, len(per_device)
+
+
+def _fused_reduce_op(flat, first, num_devices, reduction, bucket_bytes, block_type):
     bucket = int(settings.get("TFX_FUSION_BUCKET_BYTES", bucket_bytes))
-    return list(_OPS.tfx_fused_reduce(inputs=flat, Tout=[t.dtype for t in first],
-                                        num_devices=len(per_device), reduction=reduction,
-                                        bucket_bytes=bucket))
+    outputs, block = _OPS.tfx_fused_reduce(inputs=flat, Tout=[t.dtype for t in first],
+                                           Tblock=block_type, num_devices=num_devices,
+                                           reduction=reduction, bucket_bytes=bucket)
+    return list(outputs), (block[0] if block else None)

@@ -30,7 +30,7 @@ def test_split_into_packs_keeps_order_and_bounds_the_count():
     assert len(packs) <= MAX_PACKS
 
 
-def _per_replica(shapes):
+def _per_replica(shapes, dtype=tf.float32):
     """PerReplica values: device d holds tensors filled with d + 1."""
     from tensorflow.python.distribute import values as values_lib
 
@@ -39,17 +39,17 @@ def _per_replica(shapes):
         parts = []
         for d, device in enumerate(DEVICES):
             with tf.device(device):
-                parts.append(tf.fill(shape, float(d + 1)))
+                parts.append(tf.fill(shape, tf.constant(d + 1, dtype)))
         out.append(values_lib.PerReplica(parts))
     return out
 
 
-def _batch_reduce(ops, shapes, options=None):
+def _batch_reduce(ops, shapes, options=None, dtype=tf.float32,
+                  reduce_op=tf.distribute.ReduceOp.SUM):
     @tf.function
     def step():
-        values = _per_replica(shapes)
-        reduced = ops.batch_reduce(tf.distribute.ReduceOp.SUM, [(v, v) for v in values],
-                                   options=options)
+        values = _per_replica(shapes, dtype)
+        reduced = ops.batch_reduce(reduce_op, [(v, v) for v in values], options=options)
         return [list(m.values) for m in reduced]
 
     graph = step.get_concrete_function().graph
@@ -65,7 +65,7 @@ def test_batch_is_reduced_in_packs_and_matches_tensorflow():
     theirs, _, _ = _batch_reduce(tf.distribute.ReductionToOneDevice(), SHAPES)
     planned = split_into_packs([4 * int(np.prod(s)) for s in SHAPES])
     assert len(fused) == len(planned) > 1
-    assert sum(len(op.outputs) for op in fused) == len(SHAPES)
+    assert sum(len(op.get_attr("Tout")) for op in fused) == len(SHAPES)
     for mine, tfs in zip(ours, theirs):
         assert len(mine) == len(DEVICES)
         for a, b in zip(mine, tfs):
@@ -79,12 +79,34 @@ def test_bytes_per_pack_sets_the_pack_size():
     assert len(fused) == 1
 
 
-def test_reducing_device_keeps_the_results_and_each_other_device_copies_them_in_one_op():
-    _, fused, graph = _batch_reduce(tfx_dist.FusedAllReduce(), [(4,), (3, 2), (5,)])
+def _takers(graph, op):
+    """(type, device) of the ops that take `op`'s results onto other devices."""
+    return sorted((o.type, o.device[-5:]) for o in graph.get_operations()
+                  if o.type in ("Identity", "IdentityN", "TfxBlockViews") and o.device
+                  and o.inputs and o.inputs[0].op is op)
+
+
+def test_reducing_device_keeps_the_results_and_each_other_device_views_its_block():
+    shapes = [(4,), (3, 2), (5,)]
+    results, fused, graph = _batch_reduce(tfx_dist.FusedAllReduce(), shapes)
     (op,) = fused
     assert "CPU:0" in op.device
-    copies = [o for o in graph.get_operations()
-              if o.type in ("Identity", "IdentityN") and o.device and o.inputs[0].op is op]
-    assert sorted((o.type, o.device[-5:]) for o in copies) == [("IdentityN", "CPU:1"),
-                                                                ("IdentityN", "CPU:2")]
-    assert all(len(o.inputs) == 3 for o in copies)
+    # One edge per other device (the block), not one per tensor and device.
+    assert _takers(graph, op) == [("TfxBlockViews", "CPU:1"), ("TfxBlockViews", "CPU:2")]
+    views = [o for o in graph.get_operations() if o.type == "TfxBlockViews"]
+    assert all(len(o.inputs) == 1 and len(o.outputs) == 3 for o in views)
+    for per_device, shape in zip(results, shapes):
+        assert len(per_device) == len(DEVICES)
+        for t in per_device:
+            np.testing.assert_array_equal(t.numpy(), np.full(shape, 6.0))
+
+
+def test_results_that_are_not_the_ops_outputs_go_out_through_one_identity_n_per_device():
+    # An integer mean: the op sums, and the division makes new tensors.
+    _, fused, graph = _batch_reduce(tfx_dist.FusedAllReduce(), [(4,), (3, 2)],
+                                    dtype=tf.int32, reduce_op=tf.distribute.ReduceOp.MEAN)
+    (op,) = fused
+    assert not op.get_attr("Tblock")
+    assert not [o for o in graph.get_operations() if o.type == "TfxBlockViews"]
+    copies = [o for o in graph.get_operations() if o.type == "IdentityN"]
+    assert sorted(o.device[-5:] for o in copies) == ["CPU:1", "CPU:2"]

@@ -162,3 +162,45 @@ def test_outputs_that_take_over_no_input_reuse_released_memory():
     third = reduce_now()
     assert _address(third[0]) in released
     np.testing.assert_array_equal(third[3].numpy(), np.full(shapes[3], 30))
+
+
+def test_block_views_on_another_device_share_the_results_memory():
+    from tfx_dist.local_reduce import block_views, fused_reduce_with_block
+
+    shapes = [(7,), (3, 5), (2049,)]
+    dtypes = [tf.float32, tf.float64, tf.int32]
+    variables = [[tf.Variable(tf.cast(tf.fill(s, d + 1), t)) for s, t in zip(shapes, dtypes)]
+                 for d in range(2)]
+
+    def reduce_now():
+        with tf.device("/cpu:0"):
+            outputs, block = fused_reduce_with_block(
+                [[v.read_value() for v in vs] for vs in variables], "sum")
+        with tf.device("/cpu:1"):
+            return outputs, block_views(block, outputs)
+
+    outputs, views = reduce_now()
+    for out, view, shape, dtype in zip(outputs, views, shapes, dtypes):
+        assert view.dtype == dtype and view.shape == shape
+        assert "CPU:1" in view.device
+        assert _address(view) == _address(out)  # a view, not a copy
+        np.testing.assert_array_equal(view.numpy(), np.full(shape, 3))
+    # Views on the other device keep the block in use: the next call writes elsewhere.
+    del outputs
+    for vs in variables:
+        for v in vs:
+            v.assign(v * 10)
+    _, newer = reduce_now()
+    for view, new, shape in zip(views, newer, shapes):
+        np.testing.assert_array_equal(view.numpy(), np.full(shape, 3))
+        np.testing.assert_array_equal(new.numpy(), np.full(shape, 30))
+
+
+def test_block_views_refuse_a_block_too_small():
+    from tfx_dist.local_reduce import block_views, fused_reduce_with_block
+
+    outputs, block = fused_reduce_with_block([[tf.ones([4])], [tf.ones([4])]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the outputs need"):
+        block_views(block[:8], outputs)
+    with pytest.raises(ValueError, match="fully defined"):
+        fused_reduce_with_block([[]])

@@ -51,6 +51,9 @@ class FusedReduceBase : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("reduction", &reduction));
     OP_REQUIRES(ctx, ParseReduction(reduction, &reduction_),
                 absl::InvalidArgumentError("TfxFusedReduce: unknown reduction " + reduction));
+    std::vector<DataType> block_types;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("Tblock", &block_types));
+    with_block_ = !block_types.empty();
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -70,8 +73,11 @@ class FusedReduceBase : public OpKernel {
     std::vector<int64_t> num_elements(num_tensors);
     std::vector<int> element_bytes(num_tensors);
     std::vector<int> not_forwarded;
+    OP_REQUIRES(ctx, !with_block_ || SupportsBlock(),
+                absl::UnimplementedError("TfxFusedReduce: the block output exists on the CPU only"));
     for (int k = 0; k < num_tensors; ++k) {
-      for (int d = 0; d < num_devices_ && outputs[k] == nullptr; ++d) {
+      // With a block output every result must live in the block.
+      for (int d = 0; d < num_devices_ && outputs[k] == nullptr && !with_block_; ++d) {
         ctx->forward_input_to_output_with_shape(d * num_tensors + k, k, inputs[k].shape(),
                                                 &outputs[k]);
       }
@@ -94,6 +100,8 @@ class FusedReduceBase : public OpKernel {
     return absl::OkStatus();
   }
 
+  virtual bool SupportsBlock() const { return false; }
+
   virtual void Reduce(OpKernelContext* ctx, const OpInputList& inputs,
                       const std::vector<Tensor*>& outputs,
                       const std::vector<int64_t>& num_elements,
@@ -113,6 +121,7 @@ class FusedReduceBase : public OpKernel {
   int num_devices_;
   int64_t bucket_bytes_;
   Reduction reduction_;
+  bool with_block_ = false;  // Tblock = [uint8]: also output the outputs' block
 
  private:
   absl::Status Validate(const OpInputList& inputs, int num_tensors) const {
@@ -145,8 +154,15 @@ class FusedReduceCpu : public FusedReduceBase {
                             std::vector<Tensor*>* outputs) override {
     std::vector<OutputSpec> specs;
     for (int k : which) specs.push_back({k, inputs[k].dtype(), inputs[k].shape()});
-    return arena_.AllocateOutputs(ctx, specs, outputs);
+    if (!with_block_) return arena_.AllocateOutputs(ctx, specs, outputs);
+    Tensor block, bytes;
+    TF_RETURN_IF_ERROR(arena_.AllocateOutputs(ctx, specs, outputs, &block));
+    TF_RETURN_IF_ERROR(bytes.BitcastFrom(block, tensorflow::DT_UINT8, block.shape()));
+    ctx->set_output(static_cast<int>(outputs->size()), bytes);
+    return absl::OkStatus();
   }
+
+  bool SupportsBlock() const override { return true; }
 
   void Reduce(OpKernelContext* ctx, const OpInputList& inputs,
               const std::vector<Tensor*>& outputs, const std::vector<int64_t>& num_elements,
@@ -196,6 +212,50 @@ class FusedReduceCpu : public FusedReduceBase {
 };
 
 REGISTER_KERNEL_BUILDER(Name("TfxFusedReduce").Device(tensorflow::DEVICE_CPU), FusedReduceCpu);
+
+// Views of a block: the same offsets as OutputArena gave the outputs.
+class BlockViewsCpu : public OpKernel {
+ public:
+  explicit BlockViewsCpu(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dtypes", &dtypes_));
+    std::vector<tensorflow::PartialTensorShape> shapes;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shapes", &shapes));
+    OP_REQUIRES(ctx, shapes.size() == dtypes_.size(),
+                absl::InvalidArgumentError("TfxBlockViews: one shape per dtype expected"));
+    std::vector<int64_t> bytes;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      tensorflow::TensorShape shape;
+      OP_REQUIRES(ctx, shapes[k].AsTensorShape(&shape),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "TfxBlockViews: shape ", k, " is not fully defined: ",
+                      shapes[k].DebugString())));
+      shapes_.push_back(shape);
+      bytes_.push_back(shape.num_elements() * tensorflow::DataTypeSize(dtypes_[k]));
+    }
+    needed_ = PlanBlock(bytes_, &offsets_);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& block = ctx->input(0);
+    OP_REQUIRES(ctx, block.dims() == 1 && block.NumElements() >= needed_,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "TfxBlockViews: the block holds ", block.NumElements(), " bytes, the outputs need ",
+                    needed_, "; pass the block output of the TfxFusedReduce that made them.")));
+    for (size_t k = 0; k < dtypes_.size(); ++k) {
+      Tensor view;
+      OP_REQUIRES_OK(ctx, BlockView(block, offsets_[k], bytes_[k], dtypes_[k], shapes_[k], &view));
+      ctx->set_output(static_cast<int>(k), view);
+    }
+  }
+
+ private:
+  std::vector<DataType> dtypes_;
+  std::vector<tensorflow::TensorShape> shapes_;
+  std::vector<int64_t> bytes_, offsets_;
+  int64_t needed_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TfxBlockViews").Device(tensorflow::DEVICE_CPU), BlockViewsCpu);
 
 #if GOOGLE_CUDA
 // On a GPU the inputs have been copied onto the op's device; one kernel

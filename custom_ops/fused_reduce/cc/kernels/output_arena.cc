@@ -34,26 +34,38 @@ absl::Status OutputArena::FreeBlock(OpKernelContext* ctx, int64_t bytes, Tensor*
   return absl::OkStatus();
 }
 
+int64_t PlanBlock(const std::vector<int64_t>& bytes, std::vector<int64_t>* offsets) {
+  int64_t total = 0;
+  offsets->clear();
+  for (int64_t b : bytes) {
+    offsets->push_back(total);
+    total += AlignUp(b);
+  }
+  return std::max<int64_t>(total, kAlignment);
+}
+
+absl::Status BlockView(const Tensor& block, int64_t offset, int64_t bytes,
+                       tensorflow::DataType dtype, const TensorShape& shape, Tensor* view) {
+  return view->BitcastFrom(block.Slice(offset, offset + bytes), dtype, shape);
+}
+
 absl::Status OutputArena::AllocateOutputs(OpKernelContext* ctx,
                                           const std::vector<OutputSpec>& specs,
-                                          std::vector<Tensor*>* outputs) {
+                                          std::vector<Tensor*>* outputs, Tensor* block_out) {
   if (specs.empty()) return absl::OkStatus();
   std::vector<int64_t> bytes, offsets;
-  int64_t total = 0;
   for (const OutputSpec& spec : specs) {
     bytes.push_back(spec.shape.num_elements() * tensorflow::DataTypeSize(spec.dtype));
-    offsets.push_back(total);
-    total += AlignUp(bytes.back());
   }
   Tensor block;
-  TF_RETURN_IF_ERROR(FreeBlock(ctx, std::max<int64_t>(total, kAlignment), &block));
+  TF_RETURN_IF_ERROR(FreeBlock(ctx, PlanBlock(bytes, &offsets), &block));
   for (size_t i = 0; i < specs.size(); ++i) {
     Tensor view;
-    TF_RETURN_IF_ERROR(view.BitcastFrom(block.Slice(offsets[i], offsets[i] + bytes[i]),
-                                        specs[i].dtype, specs[i].shape));
+    TF_RETURN_IF_ERROR(BlockView(block, offsets[i], bytes[i], specs[i].dtype, specs[i].shape, &view));
     ctx->set_output(specs[i].index, view);
     (*outputs)[specs[i].index] = ctx->mutable_output(specs[i].index);
   }
+  if (block_out != nullptr) *block_out = block;
   return absl::OkStatus();
 }
 

@@ -31,6 +31,15 @@ struct OutputSpec {
   tensorflow::TensorShape shape;
 };
 
+// Where outputs of `bytes` each start in a block (64-byte aligned, in order);
+// returns the block size they need.
+int64_t PlanBlock(const std::vector<int64_t>& bytes, std::vector<int64_t>* offsets);
+
+// View of `bytes` at `offset` of `block` with `dtype` and `shape`.
+absl::Status BlockView(const tensorflow::Tensor& block, int64_t offset, int64_t bytes,
+                       tensorflow::DataType dtype, const tensorflow::TensorShape& shape,
+                       tensorflow::Tensor* view);
+
 class OutputArena {
  public:
   static constexpr int kMaxBlocks = 2;
@@ -38,9 +47,11 @@ class OutputArena {
   // Sets output `spec.index` of `ctx`, for every spec, to a view of one block
   // with the spec's dtype and shape, and stores it in (*outputs)[spec.index].
   // Views start on 64-byte boundaries, as Eigen expects.
+  // With `block`, also returns the block they live in.
   absl::Status AllocateOutputs(tensorflow::OpKernelContext* ctx,
                                const std::vector<OutputSpec>& specs,
-                               std::vector<tensorflow::Tensor*>* outputs);
+                               std::vector<tensorflow::Tensor*>* outputs,
+                               tensorflow::Tensor* block = nullptr);
 
  private:
   // A block of at least `bytes` that no view references, kept when there is room.
