@@ -222,7 +222,6 @@ class BlockViewsCpu : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shapes", &shapes));
     OP_REQUIRES(ctx, shapes.size() == dtypes_.size(),
                 absl::InvalidArgumentError("TfxBlockViews: one shape per dtype expected"));
-    std::vector<int64_t> bytes;
     for (size_t k = 0; k < shapes.size(); ++k) {
       tensorflow::TensorShape shape;
       OP_REQUIRES(ctx, shapes[k].AsTensorShape(&shape),
