@@ -61,6 +61,30 @@ def test_matches_numpy(dtype, reduction, num_devices):
                                    rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.int32, tf.int64], ids=lambda d: d.name)
+@pytest.mark.parametrize("reduction", ["sum", "mean", "min", "max"])
+@pytest.mark.parametrize("num_devices", [2, 5])
+def test_large_calls_match_numpy(dtype, reduction, num_devices):
+    """Over 8 MiB of results: the kernel writes them with streaming stores.
+    Odd sizes and small buckets put spans at every alignment; 5 devices take
+    two passes, of which only the last streams."""
+    rng = np.random.default_rng(7)
+    elements = (8 << 20) // dtype.size + 1001
+    shapes = [(3,), (elements,), (5, 7), (1,)]
+    per_device = []
+    for _ in range(num_devices):
+        if dtype.is_integer:
+            per_device.append([rng.integers(-1000, 1000, size=s).astype(dtype.as_numpy_dtype)
+                               for s in shapes])
+        else:
+            per_device.append([rng.normal(size=s).astype(dtype.as_numpy_dtype) for s in shapes])
+    tensors = [[tf.constant(v) for v in values] for values in per_device]
+    results = fused_reduce(tensors, reduction, bucket_bytes=(1 << 20) + 12)
+    for got, want in zip(results, _expected(per_device, reduction, dtype)):
+        np.testing.assert_allclose(got.numpy().astype(np.float64), want,
+                                   rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
 def test_inputs_survive_in_place_reduction():
     a, b = tf.constant([1.0, 2.0]), tf.constant([10.0, 20.0])
     (out,) = fused_reduce([[a], [b]], "sum")

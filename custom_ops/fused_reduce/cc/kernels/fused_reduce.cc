@@ -3,7 +3,13 @@
 #include "custom_ops/fused_reduce/cc/kernels/fused_reduce.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "unsupported/Eigen/CXX11/Tensor"
 
@@ -75,17 +81,62 @@ void NaryPass(T* __restrict out, const T* __restrict acc, const T* const* x, int
   }
 }
 
+#if defined(__SSE2__)
+// NaryPass with streaming (non-temporal) stores: `out` is written without
+// first being read into the cache, and without evicting the inputs. For a
+// reduction far larger than the cache that is a quarter of the memory
+// traffic with 2 inputs (2 reads + 1 write instead of 2 reads + 2, the
+// write-allocate), a sixth with 4 (measured here, 64 MiB, 2 threads:
+// 7.0 -> 5.2 ms for 2 inputs, 10.7 -> 9.3 ms for 4). Results that are
+// read again soon (gradients in a step) must not take this path: they
+// would come back from memory instead of the cache.
+template <typename Op, int K, typename T>
+void NaryPassStreaming(T* out, const T* acc, const T* const* x, int64_t n) {
+  constexpr int64_t kLane = 16 / sizeof(T);  // elements per 16-byte store
+  int64_t head = (16 - reinterpret_cast<uintptr_t>(out) % 16) % 16;
+  if (head % sizeof(T) != 0) return NaryPass<Op, K>(out, acc, x, n);  // misaligned type
+  head = std::min<int64_t>(n, head / sizeof(T));
+  NaryPass<Op, K>(out, acc, x, head);
+  const T* xs[3] = {x[0] + head, K > 1 ? x[1] + head : nullptr, K > 2 ? x[2] + head : nullptr};
+  const int64_t body = (n - head) / kLane * kLane;
+  T* o = out + head;
+  const T* a = acc + head;
+  for (int64_t i = 0; i < body; i += kLane) {
+    alignas(16) T lane[kLane];
+    NaryPass<Op, K>(lane, a + i, xs, kLane);  // fully unrolled: a constant trip count
+    for (int k = 0; k < K; ++k) xs[k] += kLane;
+    _mm_stream_si128(reinterpret_cast<__m128i*>(o + i),
+                     _mm_load_si128(reinterpret_cast<const __m128i*>(lane)));
+  }
+  // Streaming stores are weakly ordered: fence before the caller signals
+  // that the results are ready.
+  _mm_sfence();
+  NaryPass<Op, K>(o + body, a + body, xs, n - head - body);
+}
+#endif
+
+// The pass that writes the final result: streaming when asked and possible.
+template <typename Op, int K, typename T>
+void FinalPass(T* out, const T* acc, const T* const* x, int64_t n, bool streaming) {
+#if defined(__SSE2__)
+  if (streaming) return NaryPassStreaming<Op, K>(out, acc, x, n);
+#endif
+  NaryPass<Op, K>(out, acc, x, n);
+}
+
 // Folds inputs into `out` three at a time after the first: 2 to 4 devices
-// take one pass, 5 to 7 two, and so on.
+// take one pass, 5 to 7 two, and so on. Only the last pass may stream: the
+// ones before it are read back at once, from the cache.
 template <typename Op, typename T>
-void ReduceWith(const T* const* in, int n, T* out, int64_t count) {
+void ReduceWith(const T* const* in, int n, T* out, int64_t count, bool streaming) {
   const T* acc = in[0];
   int next = 1;
   while (next < n) {
     const int k = std::min(3, n - next);
-    if (k == 1) NaryPass<Op, 1>(out, acc, in + next, count);
-    else if (k == 2) NaryPass<Op, 2>(out, acc, in + next, count);
-    else NaryPass<Op, 3>(out, acc, in + next, count);
+    const bool last = next + k == n;
+    if (k == 1) FinalPass<Op, 1>(out, acc, in + next, count, streaming && last);
+    else if (k == 2) FinalPass<Op, 2>(out, acc, in + next, count, streaming && last);
+    else FinalPass<Op, 3>(out, acc, in + next, count, streaming && last);
     acc = out;
     next += k;
   }
@@ -99,15 +150,17 @@ void DivideBy(T* __restrict x, int64_t n, int divisor) {
 
 // Native types (float, double, int32, int64): reduce straight into `out`.
 template <typename T>
-void ReduceNative(const T* const* in, int n, T* out, int64_t count, Reduction r) {
+void ReduceNative(const T* const* in, int n, T* out, int64_t count, Reduction r, bool streaming) {
+  // A mean divides in a second pass that reads `out` back: keep it cached.
+  streaming = streaming && r != Reduction::kMean;
   if (n == 1) {
     if (out != in[0]) std::copy(in[0], in[0] + count, out);
   } else if (r == Reduction::kMin) {
-    ReduceWith<MinOp>(in, n, out, count);
+    ReduceWith<MinOp>(in, n, out, count, streaming);
   } else if (r == Reduction::kMax) {
-    ReduceWith<MaxOp>(in, n, out, count);
+    ReduceWith<MaxOp>(in, n, out, count, streaming);
   } else {
-    ReduceWith<SumOp>(in, n, out, count);
+    ReduceWith<SumOp>(in, n, out, count, streaming);
   }
   if (r == Reduction::kMean) DivideBy(out, count, n);
 }
@@ -148,19 +201,19 @@ void ReduceHalf(const T* const* in, int n, T* out, int64_t count, Reduction r) {
 
 template <typename T>
 void ReduceCpu(const T* const* inputs, int num_inputs, T* out, int64_t count,
-               Reduction reduction) {
+               Reduction reduction, bool streaming_stores) {
   if constexpr (std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>) {
     ReduceHalf(inputs, num_inputs, out, count, reduction);
   } else {
-    ReduceNative(inputs, num_inputs, out, count, reduction);
+    ReduceNative(inputs, num_inputs, out, count, reduction, streaming_stores);
   }
 }
 
-template void ReduceCpu<Eigen::half>(const Eigen::half* const*, int, Eigen::half*, int64_t, Reduction);
-template void ReduceCpu<Eigen::bfloat16>(const Eigen::bfloat16* const*, int, Eigen::bfloat16*, int64_t, Reduction);
-template void ReduceCpu<float>(const float* const*, int, float*, int64_t, Reduction);
-template void ReduceCpu<double>(const double* const*, int, double*, int64_t, Reduction);
-template void ReduceCpu<int32_t>(const int32_t* const*, int, int32_t*, int64_t, Reduction);
-template void ReduceCpu<int64_t>(const int64_t* const*, int, int64_t*, int64_t, Reduction);
+template void ReduceCpu<Eigen::half>(const Eigen::half* const*, int, Eigen::half*, int64_t, Reduction, bool);
+template void ReduceCpu<Eigen::bfloat16>(const Eigen::bfloat16* const*, int, Eigen::bfloat16*, int64_t, Reduction, bool);
+template void ReduceCpu<float>(const float* const*, int, float*, int64_t, Reduction, bool);
+template void ReduceCpu<double>(const double* const*, int, double*, int64_t, Reduction, bool);
+template void ReduceCpu<int32_t>(const int32_t* const*, int, int32_t*, int64_t, Reduction, bool);
+template void ReduceCpu<int64_t>(const int64_t* const*, int, int64_t*, int64_t, Reduction, bool);
 
 }  // namespace tfx_dist

@@ -41,10 +41,11 @@ std::vector<Bucket> PlanBuckets(const std::vector<int64_t>& num_elements,
 
 // out[i] = reduce(inputs[0][i], ..., inputs[n-1][i]) for i in [0, count).
 // `out` may be inputs[0] (in-place). Defined for Eigen::half, bfloat16,
-// float, double, int32_t, int64_t.
+// float, double, int32_t, int64_t. streaming_stores: write `out` past the
+// cache (for results far larger than it; 32- and 64-bit types, sum/min/max).
 template <typename T>
 void ReduceCpu(const T* const* inputs, int num_inputs, T* out, int64_t count,
-               Reduction reduction);
+               Reduction reduction, bool streaming_stores = false);
 
 #if GOOGLE_CUDA
 // The element types of the GPU path, kept free of Eigen so that nvcc never

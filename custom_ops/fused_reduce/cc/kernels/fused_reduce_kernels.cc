@@ -146,6 +146,14 @@ class FusedReduceCpu : public FusedReduceBase {
  public:
   static constexpr int64_t kMinTrafficPerThread = 8 << 20;
 
+  // Calls whose results total at least this many bytes write them with
+  // streaming stores (see NaryPassStreaming). Such results have left the
+  // core's L2 before anyone reads them either way, and storing them past the
+  // cache saves the write-allocate read (measured here, direct op over
+  // baseline, 4 devices: 16 MiB 3.37 -> 2.94 ms, 64 MiB 10.2 -> 8.8 ms).
+  // Smaller ones (a small model's gradients) stay cached for their reader.
+  static constexpr int64_t kStreamingBytes = 8 << 20;
+
   using FusedReduceBase::FusedReduceBase;
 
  protected:
@@ -184,6 +192,7 @@ class FusedReduceCpu : public FusedReduceBase {
     const int64_t bucket_bytes =
         std::max<int64_t>(std::min<int64_t>(bucket_bytes_, balanced), 256 << 10);
     const std::vector<Bucket> buckets = PlanBuckets(num_elements, element_bytes, bucket_bytes);
+    const bool streaming = total_bytes >= kStreamingBytes;
     std::vector<absl::Status> status(buckets.size());
     auto reduce_buckets = [&](int64_t first, int64_t last) {
       for (int64_t b = first; b < last; ++b) {
@@ -193,7 +202,8 @@ class FusedReduceCpu : public FusedReduceBase {
             std::vector<const T*> ptrs;
             SpanPointers<T>(inputs, span, num_tensors, &ptrs);
             T* out = reinterpret_cast<T*>(outputs[span.tensor]->data()) + span.begin;
-            ReduceCpu<T>(ptrs.data(), num_devices_, out, span.end - span.begin, reduction_);
+            ReduceCpu<T>(ptrs.data(), num_devices_, out, span.end - span.begin, reduction_,
+                         streaming);
           }));
         }
       }
