@@ -162,11 +162,14 @@ def main():
         elif scenario == "late_peer":
             # Each rank in turn arrives long after the other's drive budget:
             # the request is left to the runtime thread, and still completes.
+            before = comm.stats()
             for i in range(6):
                 if i % size == rank:
                     time.sleep(0.05)
                 out, = comm.allreduce_numpy([np.full(1000 + i, rank + i, np.float32)], name="late")
                 assert np.all(out == sum(r + i for r in range(size))), out[:4]
+            after = comm.stats()
+            result["stats"] = {k: after[k] - before[k] for k in after}
             result["done"] = True
         elif scenario == "threads":
             # Several threads call at once, each rank in its own order: one

@@ -70,6 +70,13 @@ def test_a_late_peer_leaves_the_request_to_the_runtime_thread(transport):
     # means the runtime thread finishes the collective.
     results = procs.run(WORKER, "late_peer", 2, env={"TFX_SHM": "1" if transport == "shm" else "0"})
     assert all(r.result["done"] for r in results)
+    # Each rank waited for the other, 50 ms late, in 3 of the 6 collectives:
+    # the stats count that as waiting, not running.
+    for r in results:
+        stats = r.result["stats"]
+        assert stats["collectives"] == 6, stats
+        assert 0.14 <= stats["waiting_s"] < 5, stats
+        assert 0 < stats["running_s"] < stats["waiting_s"], stats
 
 
 @pytest.mark.parametrize("size", [2, 3])

@@ -145,11 +145,14 @@ class Communicator:
 
     def stats(self) -> dict:
         """Counters since creation: collectives executed (a fused bucket counts
-        once), all-reduce buckets, tensors in them, bytes all-reduced."""
-        out = (ctypes.c_int64 * 4)()
-        _native.lib().tfx_comm_stats(self.handle, out, 4)
+        once), all-reduce buckets, tensors in them, bytes all-reduced; and,
+        summed over collectives, seconds from the first tensor's submission
+        until this rank could run it (``waiting_s``: the other ranks' arrival
+        and the negotiation) and seconds running it (``running_s``)."""
+        out = (ctypes.c_int64 * 6)()
+        _native.lib().tfx_comm_stats(self.handle, out, 6)
         return {"collectives": out[0], "allreduce_buckets": out[1], "allreduce_tensors": out[2],
-                "allreduce_bytes": out[3]}
+                "allreduce_bytes": out[3], "waiting_s": out[4] / 1e9, "running_s": out[5] / 1e9}
 
     def _name(self, kind: str, name: str | None) -> str:
         return name if name else f"numpy.{kind}.{next(self._names)}"

@@ -168,9 +168,11 @@ int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n) {
   auto comm = Find(id);
   if (!comm) return static_cast<int32_t>(Code::kInvalidArgument);
   const auto& st = comm->stats();
-  const int64_t values[4] = {st.responses.load(), st.allreduce_buckets.load(), st.fused_entries.load(),
-                             st.allreduce_bytes.load()};
-  for (int32_t i = 0; i < n && i < 4; ++i) out[i] = values[i];
+  const int64_t values[] = {st.responses.load(),       st.allreduce_buckets.load(),
+                            st.fused_entries.load(),     st.allreduce_bytes.load(),
+                            st.waiting_ns.load(),        st.running_ns.load()};
+  const int32_t count = static_cast<int32_t>(sizeof(values) / sizeof(values[0]));
+  for (int32_t i = 0; i < n && i < count; ++i) out[i] = values[i];
   return 0;
 }
 

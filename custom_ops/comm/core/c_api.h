@@ -59,7 +59,8 @@ TFX_API int32_t tfx_comm_destroy(int64_t id);
 /* "tcp", "shm", "self" into out. */
 TFX_API int32_t tfx_comm_transport(int64_t id, int32_t peer, char* out, int32_t out_len);
 /* Counters: out[0] collectives executed, [1] all-reduce buckets, [2] tensors
- * in them, [3] bytes all-reduced. Writes min(n, 4) values. */
+ * in them, [3] bytes all-reduced, [4] ns from submission to running, [5] ns
+ * running, summed over collectives. Writes min(n, 6) values. */
 TFX_API int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n);
 TFX_API int32_t tfx_comm_rank(int64_t id);
 TFX_API int32_t tfx_comm_size(int64_t id);

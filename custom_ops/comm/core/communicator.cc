@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "custom_ops/comm/core/reduce_kernels.h"
@@ -102,6 +103,19 @@ CollectiveContext Communicator::Context(const std::string& what, const Deadline*
 
 Status Communicator::Execute(const Response& resp, std::vector<Entry*>& entries) {
   stats_.responses.fetch_add(1, std::memory_order_relaxed);
+  const auto start = Clock::now();
+  Clock::time_point first = start;
+  for (const Entry* e : entries) first = std::min(first, e->submitted);
+  const Status st = ExecuteResponse(resp, entries);
+  auto ns = [](Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  };
+  stats_.waiting_ns.fetch_add(ns(start - first), std::memory_order_relaxed);
+  stats_.running_ns.fetch_add(ns(Clock::now() - start), std::memory_order_relaxed);
+  return st;
+}
+
+Status Communicator::ExecuteResponse(const Response& resp, std::vector<Entry*>& entries) {
   switch (resp.kind) {
     case Response::Kind::kAllreduce:
       return ExecuteAllreduce(Describe("allreduce", entries), entries);

@@ -54,13 +54,19 @@ class Communicator {
     std::atomic<int64_t> allreduce_buckets{0};  // all-reduce responses
     std::atomic<int64_t> fused_entries{0};      // tensors in those buckets
     std::atomic<int64_t> allreduce_bytes{0};    // bytes reduced (before compression)
+    // Summed over collectives: from the first entry's submission until this
+    // rank could run it (negotiation: the slowest rank's arrival and the
+    // round trip to rank 0), and running it (the data path).
+    std::atomic<int64_t> waiting_ns{0};
+    std::atomic<int64_t> running_ns{0};
   };
   const Stats& stats() const { return stats_; }
   void Close();
 
  private:
   Communicator(int rank, int size, const CommunicatorOptions& options);
-  Status Execute(const Response& resp, std::vector<Entry*>& entries);
+  Status Execute(const Response& resp, std::vector<Entry*>& entries);  // timed, see Stats
+  Status ExecuteResponse(const Response& resp, std::vector<Entry*>& entries);
   Status ExecuteAllreduce(const std::string& what, std::vector<Entry*>& entries);
   CollectiveContext Context(const std::string& what, const Deadline* deadline) const;
 
