@@ -111,3 +111,40 @@ def test_the_runtime_thread_is_named_for_top_and_profilers(comm):
         with open(f"/proc/self/task/{task}/comm") as f:
             names.add(f.read().strip())
     assert "tfx_comm_r0" in names
+
+
+def _scheduling_of_runtime_thread():
+    """(se.slice ns, prio) of this process's tfx_comm thread, from /proc."""
+    task_dir = f"/proc/{os.getpid()}/task"
+    for tid in os.listdir(task_dir):
+        with open(f"{task_dir}/{tid}/comm") as f:
+            if not f.read().startswith("tfx_comm_r"):
+                continue
+        fields = {}
+        with open(f"{task_dir}/{tid}/sched") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+        return int(fields["se.slice"]), int(fields["prio"])
+    raise AssertionError("no tfx_comm thread in this process")
+
+
+def test_runtime_thread_asks_for_a_short_time_slice_and_keeps_its_nice_value():
+    import platform
+    import subprocess
+    import sys
+
+    release = tuple(int(x) for x in platform.release().split(".")[:2] if x.isdigit())
+    if not os.path.exists("/proc/self/sched") or release < (6, 12):
+        pytest.skip("needs Linux 6.12+ (per-thread slices) and /proc/<pid>/sched")
+    # In a child started with nice 5: the hint must not reset the nice value.
+    code = ("import os, sys; os.nice(5); sys.path.insert(0, %r);"
+            "import test_comm_single_process as t;"
+            "from tfx_dist.comm import Communicator;"
+            "c = Communicator(0, 1, ['127.0.0.1:1']);"
+            "print(*t._scheduling_of_runtime_thread()); c.close()") % os.path.dirname(__file__)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    slice_ns, prio = map(int, out.stdout.split())
+    assert slice_ns == 100_000
+    assert prio == 125  # 120 + nice 5
