@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,16 +71,27 @@ def worker(args) -> None:
         ])
         model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
 
+    def comm_stats():
+        communicator = getattr(getattr(strategy.extended, "_transport", None), "communicator", None)
+        return communicator.stats() if communicator is not None else {}
+
     class Timer(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self.times = []
+            self.cpu = []   # this process's CPU seconds per epoch (every thread)
+            self.comm = []  # communicator counters per epoch (multi-worker only)
 
         def on_epoch_begin(self, epoch, logs=None):
             self.t0 = time.perf_counter()
+            self.cpu0 = time.process_time()
+            self.comm0 = comm_stats()
 
         def on_epoch_end(self, epoch, logs=None):
             self.times.append(time.perf_counter() - self.t0)
+            self.cpu.append(time.process_time() - self.cpu0)
+            end = comm_stats()
+            self.comm.append({k: end[k] - self.comm0[k] for k in end})
 
     timer = Timer()
     try:
@@ -96,12 +108,20 @@ def worker(args) -> None:
     if rank == 0:
         timed = timer.times[1:]
         eps = [global_batch * args.steps / t for t in timed]
+        steps_timed = args.steps * len(timed)
+        comm = {}
+        if timer.comm[1:] and timer.comm[1]:
+            total = {k: sum(c[k] for c in timer.comm[1:]) for k in timer.comm[1]}
+            comm = {"collectives_per_step": total["collectives"] / steps_timed,
+                    "waiting_ms_per_step": 1000 * total["waiting_s"] / steps_timed,
+                    "running_ms_per_step": 1000 * total["running_s"] / steps_timed}
         print(RESULT_TAG + json.dumps({
             "ok": True, "workers": workers, "replicas": strategy.num_replicas_in_sync,
             "global_batch": global_batch, "steps_per_epoch": args.steps,
             "warmup_epoch_s": timer.times[0], "epoch_s": timed,
             "examples_per_s": statistics.median(eps), "examples_per_s_all": eps,
             "step_ms": 1000 * statistics.median(timed) / args.steps,
+            "cpu_ms_per_step": 1000 * sum(timer.cpu[1:]) / steps_timed, "comm": comm,
             "tensorflow": tf.__version__, "keras": keras.__version__}), flush=True)
 
 
@@ -129,6 +149,27 @@ def launch(n: int, impl: str, steps: int, epochs: int, bfc: bool, timeout: float
             "wall_s": wall, "log_tail": proc.stdout[-2000:]}
 
 
+def launch_pair(impl: str, steps: int, epochs: int, bfc: bool, timeout: float) -> dict:
+    """Two independent one-worker jobs at the same time: what two one-thread
+    processes get out of this machine with no communication at all."""
+    results = [None, None]
+
+    def one(i):
+        results[i] = launch(1, impl, steps, epochs, bfc, timeout)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if not all(r and r.get("ok") for r in results):
+        bad = next(r for r in results if not (r and r.get("ok")))
+        return dict(bad or {}, ok=False)
+    return {"ok": True, "examples_per_s": sum(r["examples_per_s"] for r in results),
+            "jobs": results, "cpu_ms_per_step": statistics.mean(r["cpu_ms_per_step"] for r in results),
+            "tensorflow": results[0]["tensorflow"], "keras": results[0]["keras"]}
+
+
 def markdown(res: dict) -> str:
     lines = ["## Multi-worker Keras fit (tfx_dist.MultiWorkerMirroredStrategy)", "",
              f"{res['machine']}. The seeds' model (Dense 784->256 relu, Dropout 0.2, Dense 128 "
@@ -142,16 +183,38 @@ def markdown(res: dict) -> str:
              f"(global examples per second)"
              + (f" over all timed epochs of {res['rounds']} rounds (each round runs 1, 2, 4 "
                 f"workers in turn)" if res['rounds'] > 1 else "") + ".", "",
-             "| workers | examples/s | step time | vs 1 worker | timed epochs (examples/s) |",
-             "|---|---|---|---|---|"]
+             "| workers | examples/s | step time | vs 1 worker | CPU per step, per worker | timed epochs (examples/s) |",
+             "|---|---|---|---|---|---|"]
     base = res["configs"].get("1", {}).get("examples_per_s")
     for n, r in res["configs"].items():
         if not r.get("ok"):
-            lines.append(f"| {n} | failed: {r.get('error', '?')[:200]} | | | |")
+            lines.append(f"| {n} | failed: {r.get('error', '?')[:200]} | | | | |")
             continue
         ratio = f"{r['examples_per_s'] / base:.2f}x" if base else "-"
         lines.append(f"| {n} | {r['examples_per_s']:.0f} | {r['step_ms']:.2f} ms | {ratio} | "
+                     f"{r['cpu_ms_per_step']:.2f} ms | "
                      + ", ".join(f"{e:.0f}" for e in r["examples_per_s_all"]) + " |")
+    pair = res.get("pair")
+    if pair:
+        lines.append(f"| 2 separate 1-worker jobs at once (no communication) | "
+                     f"{pair['examples_per_s']:.0f} (sum) | - | {pair['ratio']:.2f}x | "
+                     f"{pair['cpu_ms_per_step']:.2f} ms | round by round: "
+                     + ", ".join(f"{x:.2f}x" for x in pair["per_round"]) + " |")
+    lines += ["", "*CPU per step*: the process's CPU time (all its threads) over the timed "
+              "epochs divided by their steps, median over rounds (rank 0)."]
+    if pair:
+        lines.append(f"The last row is this machine's own ceiling for two one-thread processes in "
+                     f"this run: two independent single-worker trainings started together, "
+                     f"{pair['ratio']:.2f}x one alone.")
+    two = res["configs"].get("2", {})
+    if two.get("ok") and two.get("comm"):
+        cm = two["comm"]
+        lines.append(f"2 workers, rank 0's communicator per step (`Communicator.stats()`): "
+                     f"{cm['collectives_per_step']:.2f} collectives (the gradients, and Keras's "
+                     f"reduction of the logs when it does not fuse with them), "
+                     f"{cm['waiting_ms_per_step']:.2f} ms from submission until both ranks were "
+                     f"ready and it could run, {cm['running_ms_per_step']:.2f} ms running "
+                     "(summed over collectives; they overlap other work in part).")
     lines.append("")
     t = res.get("ratios", {})
     if "2/1" in t:
@@ -193,6 +256,8 @@ def main() -> None:
     p.add_argument("--no-bfc", action="store_true", help="TF's default CPU allocator")
     p.add_argument("--skip-tf", action="store_true", help="skip the TF MWMS failure check")
     p.add_argument("--timeout", type=float, default=300, help="seconds per launch")
+    p.add_argument("--no-pair", dest="pair", action="store_false",
+                   help="skip the two separate 1-worker jobs run at once (the machine's ceiling)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=os.path.join(HERE, "results", "multi_worker_fit.json"))
     args = p.parse_args()
@@ -211,7 +276,7 @@ def main() -> None:
     res = {"machine": f"{info['machine']}, {info['cores']} cores, {info['cpu']}",
            "cores": info["cores"], "date": info["date"], "quick": args.quick, "steps": steps,
            "epochs": epochs, "rounds": rounds, "tf_cpu_allocator": "bfc" if bfc else "default", "bfc": bfc, "threads_per_worker": 1,
-           "per_worker_batch": PER_WORKER_BATCH, "configs": {}, "runs": []}
+           "per_worker_batch": PER_WORKER_BATCH, "configs": {}, "runs": [], "pair_runs": []}
     for rnd in range(rounds):
         for n in args.workers:
             print(f"== round {rnd + 1}: {n} worker(s)", flush=True)
@@ -221,6 +286,11 @@ def main() -> None:
             if not r.get("ok"):
                 print(r.get("log_tail", ""), flush=True)
             res["runs"].append(dict(r, workers=n, round=rnd))
+        if args.pair:
+            print(f"== round {rnd + 1}: two separate 1-worker jobs at once", flush=True)
+            r = launch_pair("tfx", steps, epochs, bfc, args.timeout)
+            print(f"   {json.dumps({k: r.get(k) for k in ('ok', 'examples_per_s', 'error')})}", flush=True)
+            res["pair_runs"].append(dict(r, round=rnd))
     # Per configuration: the median over every timed epoch of every round (the rounds
     # interleave the configurations, so a noisy spell on the shared machine hits them all).
     for n in args.workers:
@@ -230,8 +300,12 @@ def main() -> None:
             continue
         eps = [e for r in ok for e in r["examples_per_s_all"]]
         med = statistics.median(eps)
+        comm = [r["comm"] for r in ok if r.get("comm")]
         res["configs"][str(n)] = {"ok": True, "examples_per_s": med, "examples_per_s_all": eps,
                                   "step_ms": 1000 * PER_WORKER_BATCH * n / med,
+                                  "cpu_ms_per_step": statistics.median(r["cpu_ms_per_step"] for r in ok),
+                                  "comm": {k: statistics.median(c[k] for c in comm) for k in comm[0]}
+                                  if comm else {},
                                   "rounds_ok": len(ok), "tensorflow": ok[0]["tensorflow"],
                                   "keras": ok[0]["keras"]}
     c = res["configs"]
@@ -249,6 +323,15 @@ def main() -> None:
                     if one and this:
                         per.append(this[0] / one[0])
                 res.setdefault("ratios_per_round", {})[f"{n}/1"] = per
+        pairs = [r for r in res["pair_runs"] if r.get("ok")]
+        if pairs:
+            res["pair"] = {"examples_per_s": statistics.median(r["examples_per_s"] for r in pairs),
+                           "cpu_ms_per_step": statistics.median(r["cpu_ms_per_step"] for r in pairs),
+                           "per_round": [r["examples_per_s"] / one["examples_per_s"]
+                                         for r in pairs for one in res["runs"]
+                                         if one["workers"] == 1 and one["round"] == r["round"]
+                                         and one.get("ok")]}
+            res["pair"]["ratio"] = res["pair"]["examples_per_s"] / c["1"]["examples_per_s"]
         if "2/1" in res.get("ratios", {}):
             res["target_2w_1.7x"] = {"ok": res["ratios"]["2/1"] >= TARGET_2X,
                                      "ratio": res["ratios"]["2/1"]}
