@@ -9,7 +9,6 @@
 
 #include <cstdio>
 
-#include "custom_ops/comm/core/latency_hint.h"
 #include "custom_ops/comm/core/spin.h"
 
 namespace tfx::comm {
@@ -17,9 +16,6 @@ namespace {
 // How long past the timeout a non-coordinator rank waits for the
 // coordinator's verdict on a request before failing it on its own.
 constexpr double kWorkerGraceS = 2.0;
-
-// The runtime thread's time slice (see latency_hint.h).
-constexpr int kTimeSliceUs = 100;
 
 // A driving caller polls without blocking for this long, then blocks in poll.
 constexpr auto kDriveSpin = std::chrono::microseconds(10);
@@ -47,7 +43,6 @@ Runtime::Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>
   thread_ = std::thread([this, rank] {
     // Named so that top -H, perf and profiler traces tell it from TF's threads.
     pthread_setname_np(pthread_self(), ("tfx_comm_r" + std::to_string(rank)).substr(0, 15).c_str());
-    RequestShortTimeSlice(kTimeSliceUs);
     Loop();
   });
 }
