@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #if defined(__SSE2__)
@@ -115,9 +114,9 @@ void NaryPassStreaming(T* out, const T* acc, const T* const* x, int64_t n) {
 }
 #endif
 
-// The pass that writes the final result: streaming when asked and possible.
+// One NaryPass, with streaming stores when asked and the CPU has them.
 template <typename Op, int K, typename T>
-void FinalPass(T* out, const T* acc, const T* const* x, int64_t n, bool streaming) {
+void RunPass(T* out, const T* acc, const T* const* x, int64_t n, bool streaming) {
 #if defined(__SSE2__)
   if (streaming) return NaryPassStreaming<Op, K>(out, acc, x, n);
 #endif
@@ -134,9 +133,9 @@ void ReduceWith(const T* const* in, int n, T* out, int64_t count, bool streaming
   while (next < n) {
     const int k = std::min(3, n - next);
     const bool last = next + k == n;
-    if (k == 1) FinalPass<Op, 1>(out, acc, in + next, count, streaming && last);
-    else if (k == 2) FinalPass<Op, 2>(out, acc, in + next, count, streaming && last);
-    else FinalPass<Op, 3>(out, acc, in + next, count, streaming && last);
+    if (k == 1) RunPass<Op, 1>(out, acc, in + next, count, streaming && last);
+    else if (k == 2) RunPass<Op, 2>(out, acc, in + next, count, streaming && last);
+    else RunPass<Op, 3>(out, acc, in + next, count, streaming && last);
     acc = out;
     next += k;
   }
