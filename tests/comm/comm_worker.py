@@ -78,6 +78,20 @@ def check_collectives(comm, rank, size):
         want = sum(data(r, seed_case, a.size, a.dtype).astype(np.float64) for r in range(size))
         np.testing.assert_allclose(o.ravel(), np.asarray(want).ravel(), err_msg=f"fused tensor {i}")
         checked += 1
+    # Large tensors (reduced where they lie) between small ones (packed), odd
+    # sizes so that segment boundaries cut through them; out of place and in place.
+    for in_place in (False, True):
+        case += 1
+        sizes = [5, 70001, 3, 1, 16384, 200003, 7]
+        arrays = [data(rank, case + i, s, np.float32) for i, s in enumerate(sizes)]
+        kept = [a.copy() for a in arrays]
+        outs = comm.allreduce_numpy(arrays, out=arrays if in_place else None)
+        for i, (a, o) in enumerate(zip(kept, outs)):
+            want = sum(data(r, case + i, a.size, np.float32).astype(np.float64) for r in range(size))
+            np.testing.assert_allclose(o, want, err_msg=f"mixed tensor {i}, in place {in_place}")
+            if not in_place:
+                np.testing.assert_array_equal(arrays[i], a, err_msg="an input was written")
+            checked += 1
     # Compression on the wire (float32 only): exact for small integers.
     for comp in ("float16", "bfloat16"):
         case += 1

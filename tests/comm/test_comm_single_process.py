@@ -111,3 +111,13 @@ def test_the_runtime_thread_is_named_for_top_and_profilers(comm):
         with open(f"/proc/self/task/{task}/comm") as f:
             names.add(f.read().strip())
     assert "tfx_comm_r0" in names
+
+
+def test_allreduce_out_may_not_overlap_another_tensor(comm):
+    a = np.ones(100, np.float32)
+    b = np.ones(100, np.float32)
+    with pytest.raises(ValueError, match=r"out\[1\]` overlaps the input or output of tensor 0"):
+        comm.allreduce_numpy([a, b], out=[np.empty(100, np.float32), a])
+    # In place, each on its own input: allowed.
+    out = comm.allreduce_numpy([a, b], out=[a, b])
+    assert out[0] is a and np.all(a == 1)

@@ -193,7 +193,8 @@ class Communicator:
             per-communicator counter, which matches when ranks make the same calls).
           compression: overrides the communicator's wire compression.
           out: optional list of C-contiguous arrays (same shapes and dtypes) to
-            write the results to; may be ``arrays`` themselves (in place).
+            write the results to; may be ``arrays`` themselves (in place), but
+            must not overlap another tensor's input or result.
 
         Returns:
           New arrays with the reduction over ranks.
@@ -213,6 +214,15 @@ class Communicator:
                     raise ValueError(f"Expected `out` arrays like the inputs (C-contiguous, "
                                      f"writeable). Received: {o.dtype}{list(o.shape)} for "
                                      f"{a.dtype}{list(a.shape)}")
+            # The runtime reduces large tensors where they lie: a result must
+            # not land on another tensor's input or result.
+            for i, o in enumerate(outs):
+                for j in range(len(ins)):
+                    if j != i and (np.may_share_memory(o, ins[j]) or
+                                   (j < i and np.may_share_memory(o, outs[j]))):
+                        raise ValueError(f"`out[{i}]` overlaps the input or output of tensor "
+                                         f"{j}; each result needs memory of its own (or its "
+                                         "own input's, to reduce in place).")
         keep = []
         entries = [self._entry(f"{name}/{i}", _native.OP_ALLREDUCE, a, o, _native.REDUCTIONS[reduction],
                                comp, keep=keep) for i, (a, o) in enumerate(zip(ins, outs))]

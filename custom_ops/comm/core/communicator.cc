@@ -163,13 +163,11 @@ Status Communicator::ExecuteAllreduce(const std::string& what, std::vector<Entry
   for (Entry* e : entries) stats_.allreduce_bytes.fetch_add(static_cast<int64_t>(e->meta.bytes()), std::memory_order_relaxed);
   Deadline deadline(options_.timeout_s);
   const CollectiveContext ctx = Context(what, &deadline);
-  if (entries.size() == 1 && comp == Compression::kNone) {  // no packing needed
-    Entry* e = entries[0];
-    TFX_RETURN_IF_ERROR(RingAllreduce(ctx, e->input, e->output, e->meta.num_elements(), dtype, op));
+  if (comp == Compression::kNone) {
+    TFX_RETURN_IF_ERROR(AllreduceInPlace(ctx, entries, dtype, op));
   } else {
-    // Pack (and compress) into the fusion buffer, reduce it, unpack.
-    const DataType wire = comp == Compression::kFloat16 ? DataType::kFloat16
-                          : comp == Compression::kBFloat16 ? DataType::kBFloat16 : dtype;
+    // Pack and compress into the fusion buffer, reduce it, unpack.
+    const DataType wire = comp == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
     const size_t wire_elem = ElementSize(wire);
     size_t total = 0;
     for (Entry* e : entries) total += static_cast<size_t>(e->meta.num_elements());
@@ -178,27 +176,64 @@ Status Communicator::ExecuteAllreduce(const std::string& what, std::vector<Entry
     size_t at = 0;
     for (Entry* e : entries) {
       const size_t n = static_cast<size_t>(e->meta.num_elements());
-      const float* in = static_cast<const float*>(e->input);
       uint16_t* half = reinterpret_cast<uint16_t*>(buf + at * wire_elem);
-      if (comp == Compression::kFloat16) FloatToHalf(in, half, n);
-      else if (comp == Compression::kBFloat16) FloatToBFloat16(in, half, n);
-      else if (n > 0) std::memcpy(buf + at * wire_elem, e->input, n * wire_elem);
+      if (comp == Compression::kFloat16) FloatToHalf(static_cast<const float*>(e->input), half, n);
+      else FloatToBFloat16(static_cast<const float*>(e->input), half, n);
       at += n;
     }
     TFX_RETURN_IF_ERROR(RingAllreduce(ctx, buf, buf, total, wire, op));
     at = 0;
     for (Entry* e : entries) {
       const size_t n = static_cast<size_t>(e->meta.num_elements());
-      float* out = static_cast<float*>(e->output);
       const uint16_t* half = reinterpret_cast<const uint16_t*>(buf + at * wire_elem);
-      if (comp == Compression::kFloat16) HalfToFloat(half, out, n);
-      else if (comp == Compression::kBFloat16) BFloat16ToFloat(half, out, n);
-      else if (n > 0) std::memcpy(e->output, buf + at * wire_elem, n * wire_elem);
+      if (comp == Compression::kFloat16) HalfToFloat(half, static_cast<float*>(e->output), n);
+      else BFloat16ToFloat(half, static_cast<float*>(e->output), n);
       at += n;
     }
   }
   if (m0.reduction == ReduceOp::kMean) {
     for (Entry* e : entries) Scale(e->output, e->meta.num_elements(), dtype, size_);
+  }
+  return Status::Ok();
+}
+
+Status Communicator::AllreduceInPlace(const CollectiveContext& ctx, std::vector<Entry*>& entries,
+                                      DataType dtype, ReduceOp op) {
+  // Tensors of kDirectBytes or more take part where they are (no copy in,
+  // no copy out); runs of smaller ones are packed into the fusion buffer,
+  // since every piece costs a slot of the shared-memory ring and a send.
+  // What is direct depends only on the sizes, so every rank cuts the same way.
+  auto direct = [&](const Entry* e) {
+    return entries.size() == 1 || e->meta.bytes() >= kDirectBytes;
+  };
+  size_t packed = 0;
+  for (const Entry* e : entries)
+    if (!direct(e)) packed += e->meta.bytes();
+  if (fusion_buffer_.size() < packed) fusion_buffer_.resize(packed);
+  char* buf = fusion_buffer_.data();
+  std::vector<Piece> pieces;
+  bool extend = false;  // the last piece is a packed run that may grow
+  size_t at = 0;
+  for (const Entry* e : entries) {
+    const size_t bytes = e->meta.bytes();
+    if (bytes == 0) continue;
+    if (direct(e)) {
+      pieces.push_back({static_cast<const char*>(e->input), static_cast<char*>(e->output), bytes});
+      extend = false;
+      continue;
+    }
+    std::memcpy(buf + at, e->input, bytes);
+    if (extend) pieces.back().bytes += bytes;
+    else pieces.push_back({buf + at, buf + at, bytes});
+    extend = true;
+    at += bytes;
+  }
+  TFX_RETURN_IF_ERROR(RingAllreduce(ctx, pieces, dtype, op));
+  at = 0;
+  for (Entry* e : entries) {
+    if (e->meta.bytes() == 0 || direct(e)) continue;
+    std::memcpy(e->output, buf + at, e->meta.bytes());
+    at += e->meta.bytes();
   }
   return Status::Ok();
 }

@@ -68,6 +68,10 @@ class Communicator {
   Status Execute(const Response& resp, std::vector<Entry*>& entries);  // timed, see Stats
   Status ExecuteResponse(const Response& resp, std::vector<Entry*>& entries);
   Status ExecuteAllreduce(const std::string& what, std::vector<Entry*>& entries);
+  // The uncompressed all-reduce of a bucket, mostly where its tensors are.
+  Status AllreduceInPlace(const CollectiveContext& ctx, std::vector<Entry*>& entries,
+                          DataType dtype, ReduceOp op);
+  static constexpr size_t kDirectBytes = 64 << 10;
   CollectiveContext Context(const std::string& what, const Deadline* deadline) const;
 
   const int rank_;

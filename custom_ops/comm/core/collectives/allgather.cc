@@ -27,7 +27,7 @@ Status RingAllgather(const CollectiveContext& ctx, const void* in, void* out,
     const int recv_block = block(ctx.rank - s - 1);
     steps[s].send = dst + off[send_block];
     steps[s].send_bytes = block_bytes[send_block];
-    steps[s].send_after_previous_recv = s > 0;
+    steps[s].forwards = s - 1;
     steps[s].recv = dst + off[recv_block];
     steps[s].recv_bytes = block_bytes[recv_block];
   }

@@ -22,7 +22,7 @@ Status RingBroadcast(const CollectiveContext& ctx, void* buf, size_t bytes, int 
   if (p < n - 1) {
     steps[1].send = data;
     steps[1].send_bytes = bytes;
-    steps[1].send_after_previous_recv = p > 0;
+    steps[1].forwards = p > 0 ? 0 : -1;
   }
   return RunPipeline(ctx, steps, 1);
 }

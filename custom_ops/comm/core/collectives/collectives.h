@@ -29,6 +29,19 @@ struct CollectiveContext {
 Status RingAllreduce(const CollectiveContext& ctx, const void* in, void* out, size_t count,
                      DataType dtype, ReduceOp op);
 
+// A part of a scattered all-reduce buffer: `bytes` read from `in`, the
+// result written to `out` (which may be `in`).
+struct Piece {
+  const char* in;
+  char* out;
+  size_t bytes;  // a multiple of the element size
+};
+
+// The same over the concatenation of `pieces`, without copying them into one
+// buffer: every rank must pass pieces of the same sizes in the same order.
+Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pieces,
+                     DataType dtype, ReduceOp op);
+
 // out = concatenation of every rank's block; block_bytes[i] is rank i's size
 // (they may differ). in holds block_bytes[rank] bytes.
 Status RingAllgather(const CollectiveContext& ctx, const void* in, void* out,
@@ -49,13 +62,15 @@ struct PipelineStep {
   const char* recv_other = nullptr;  // reduce: recv[i] = recv_other[i] op incoming[i]
   size_t recv_bytes = 0;
   ReduceFn reduce = nullptr;  // null: copy
-  // The block this step sends is the one the previous step receives: byte k
-  // may only leave once the previous step has received (and reduced) it.
-  bool send_after_previous_recv = false;
+  // Index of the step whose received block this step sends, byte for byte
+  // (-1: none): byte k may only leave once that step has received (and
+  // reduced) it.
+  int forwards = -1;
 };
 
-// Runs the steps in order, overlapping each step's sends with the previous
-// step's receives at chunk granularity. align = element size.
+// Runs the steps' sends in order and their receives in order, overlapping a
+// step's send with the receive it forwards at chunk granularity. A step may
+// only send or only receive. align = element size.
 Status RunPipeline(const CollectiveContext& ctx, const std::vector<PipelineStep>& steps, size_t align);
 
 }  // namespace tfx::comm

@@ -20,14 +20,43 @@
 // The algorithm is out of place without an extra copy: step 0 sends from
 // `in`, scatter steps write out = in op incoming, and the segment a rank
 // never receives during scatter (its own, r) arrives in the all-gather.
+//
+// The buffer may be scattered (pieces): a segment's bytes are then the
+// pieces' slices it covers, one pipeline step each. A segment is cut the same
+// way when it is received in step s and forwarded in step s+1, so each
+// forwarding slice depends on exactly one received slice.
+#include <algorithm>
 #include <cstring>
 
 #include "custom_ops/comm/core/collectives/collectives.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 
 namespace tfx::comm {
+namespace {
 
-Status RingAllreduce(const CollectiveContext& ctx, const void* in, void* out, size_t count,
+struct Slice {
+  const Piece* piece;
+  size_t offset;  // within the piece
+  size_t bytes;
+};
+
+// The slices of the pieces' concatenation that [begin, begin + bytes) covers.
+std::vector<Slice> SlicesOf(const std::vector<Piece>& pieces, const std::vector<size_t>& starts,
+                            size_t begin, size_t bytes) {
+  std::vector<Slice> out;
+  const size_t end = begin + bytes;
+  for (size_t i = 0; i < pieces.size() && begin < end; ++i) {
+    const size_t p_begin = starts[i], p_end = starts[i] + pieces[i].bytes;
+    if (p_end <= begin || p_begin >= end) continue;
+    const size_t from = std::max(begin, p_begin), to = std::min(end, p_end);
+    if (to > from) out.push_back({&pieces[i], from - p_begin, to - from});
+  }
+  return out;
+}
+
+}  // namespace
+
+Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pieces,
                      DataType dtype, ReduceOp op) {
   const size_t elem = ElementSize(dtype);
   ReduceFn reduce = GetReduceFn(dtype, op);
@@ -35,13 +64,19 @@ Status RingAllreduce(const CollectiveContext& ctx, const void* in, void* out, si
     return Status(Code::kInvalidArgument, "tfx_dist: " + ctx.what + ": cannot reduce " +
                                               DataTypeName(dtype) + " with " + ReduceOpName(op));
   }
+  std::vector<size_t> starts(pieces.size());
+  size_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    starts[i] = total;
+    total += pieces[i].bytes;
+  }
+  const size_t count = total / elem;
   const int n = ctx.size;
   if (n == 1 || count == 0) {
-    if (in != out && count > 0) std::memcpy(out, in, count * elem);
+    for (const Piece& p : pieces)
+      if (p.in != p.out && p.bytes > 0) std::memcpy(p.out, p.in, p.bytes);
     return Status::Ok();
   }
-  const char* src = static_cast<const char*>(in);
-  char* dst = static_cast<char*>(out);
   std::vector<size_t> seg_off(n), seg_bytes(n);
   size_t offset = 0;
   for (int i = 0; i < n; ++i) {
@@ -51,24 +86,46 @@ Status RingAllreduce(const CollectiveContext& ctx, const void* in, void* out, si
     offset += seg_bytes[i];
   }
   auto seg = [n](long long i) { return static_cast<int>(((i % n) + n) % n); };
-  std::vector<PipelineStep> steps(2 * (n - 1));
+  std::vector<PipelineStep> steps;
+  std::vector<int> received;  // indices of the previous ring step's receiving steps
   for (int s = 0; s < 2 * (n - 1); ++s) {
     const int send_seg = seg(ctx.rank - s);
     const int recv_seg = seg(ctx.rank - s - 1);
-    PipelineStep& st = steps[s];
-    st.send = (s == 0 ? src : dst) + seg_off[send_seg];
-    st.send_bytes = seg_bytes[send_seg];
-    st.send_after_previous_recv = s > 0;
-    st.recv = dst + seg_off[recv_seg];
-    st.recv_bytes = seg_bytes[recv_seg];
-    if (s < n - 1) {  // scatter-reduce
-      st.recv_other = src + seg_off[recv_seg];
-      st.reduce = reduce;
+    // Sends: segment send_seg, received (and reduced) in the previous step.
+    const std::vector<Slice> out_slices = SlicesOf(pieces, starts, seg_off[send_seg], seg_bytes[send_seg]);
+    for (size_t j = 0; j < out_slices.size(); ++j) {
+      const Slice& sl = out_slices[j];
+      PipelineStep st;
+      st.send = (s == 0 ? sl.piece->in : sl.piece->out) + sl.offset;
+      st.send_bytes = sl.bytes;
+      st.forwards = s == 0 ? -1 : received[j];
+      steps.push_back(st);
+    }
+    received.clear();
+    for (const Slice& sl : SlicesOf(pieces, starts, seg_off[recv_seg], seg_bytes[recv_seg])) {
+      PipelineStep st;
+      st.recv = sl.piece->out + sl.offset;
+      st.recv_bytes = sl.bytes;
+      if (s < n - 1) {  // scatter-reduce
+        st.recv_other = sl.piece->in + sl.offset;
+        st.reduce = reduce;
+      }
+      received.push_back(static_cast<int>(steps.size()));
+      steps.push_back(st);
     }
   }
   TFX_RETURN_IF_ERROR(RunPipeline(ctx, steps, elem));
-  if (op == ReduceOp::kMean) Scale(out, count, dtype, n);
+  if (op == ReduceOp::kMean) {
+    for (const Piece& p : pieces) Scale(p.out, p.bytes / elem, dtype, n);
+  }
   return Status::Ok();
+}
+
+Status RingAllreduce(const CollectiveContext& ctx, const void* in, void* out, size_t count,
+                     DataType dtype, ReduceOp op) {
+  const std::vector<Piece> whole{
+      {static_cast<const char*>(in), static_cast<char*>(out), count * ElementSize(dtype)}};
+  return RingAllreduce(ctx, whole, dtype, op);
 }
 
 }  // namespace tfx::comm

@@ -53,9 +53,10 @@ Status RunPipeline(const CollectiveContext& ctx, const std::vector<PipelineStep>
     if (ss < n_steps) {
       const PipelineStep& st = steps[ss];
       size_t limit = st.send_bytes;
-      if (st.send_after_previous_recv && ss > 0) {
-        if (rs < ss - 1) limit = 0;
-        else if (rs == ss - 1) limit = roff - roff % chunk;
+      if (st.forwards >= 0) {
+        const size_t from = static_cast<size_t>(st.forwards);
+        if (rs < from) limit = 0;
+        else if (rs == from) limit = roff - roff % chunk;
       }
       if (soff < limit) {
         size_t moved = 0;
