@@ -61,7 +61,6 @@ def test_local_replicas_are_summed_by_the_fused_op(strategy):
     strategy_checks.uses_fused_reduce(strategy)
 
 
-
 def test_dropped_iterators_are_destroyed_in_the_background(strategy):
     from local import strategy_checks
 

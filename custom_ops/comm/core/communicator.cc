@@ -164,7 +164,7 @@ Status Communicator::ExecuteAllreduce(const std::string& what, std::vector<Entry
   Deadline deadline(options_.timeout_s);
   const CollectiveContext ctx = Context(what, &deadline);
   if (comp == Compression::kNone) {
-    TFX_RETURN_IF_ERROR(AllreduceInPlace(ctx, entries, dtype, op));
+    TFX_RETURN_IF_ERROR(AllreduceUncompressed(ctx, entries, dtype, op));
   } else {
     // Pack and compress into the fusion buffer, reduce it, unpack.
     const DataType wire = comp == Compression::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16;
@@ -197,8 +197,9 @@ Status Communicator::ExecuteAllreduce(const std::string& what, std::vector<Entry
   return Status::Ok();
 }
 
-Status Communicator::AllreduceInPlace(const CollectiveContext& ctx, std::vector<Entry*>& entries,
-                                      DataType dtype, ReduceOp op) {
+Status Communicator::AllreduceUncompressed(const CollectiveContext& ctx,
+                                           std::vector<Entry*>& entries, DataType dtype,
+                                           ReduceOp op) {
   // Tensors of kDirectBytes or more take part where they are (no copy in,
   // no copy out); runs of smaller ones are packed into the fusion buffer,
   // since every piece costs a slot of the shared-memory ring and a send.

@@ -69,8 +69,8 @@ class Communicator {
   Status ExecuteResponse(const Response& resp, std::vector<Entry*>& entries);
   Status ExecuteAllreduce(const std::string& what, std::vector<Entry*>& entries);
   // The uncompressed all-reduce of a bucket, mostly where its tensors are.
-  Status AllreduceInPlace(const CollectiveContext& ctx, std::vector<Entry*>& entries,
-                          DataType dtype, ReduceOp op);
+  Status AllreduceUncompressed(const CollectiveContext& ctx, std::vector<Entry*>& entries,
+                               DataType dtype, ReduceOp op);
   static constexpr size_t kDirectBytes = 64 << 10;
   CollectiveContext Context(const std::string& what, const Deadline* deadline) const;
 

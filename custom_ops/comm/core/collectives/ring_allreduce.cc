@@ -22,9 +22,9 @@
 // never receives during scatter (its own, r) arrives in the all-gather.
 //
 // The buffer may be scattered (pieces): a segment's bytes are then the
-// pieces' slices it covers, one pipeline step each. A segment is cut the same
-// way when it is received in step s and forwarded in step s+1, so each
-// forwarding slice depends on exactly one received slice.
+// pieces' slices it covers, one pipeline step each. The slices received in
+// step s are the ones forwarded in step s+1, so each forwarding slice depends
+// on exactly one received slice.
 #include <algorithm>
 #include <cstring>
 
@@ -87,22 +87,23 @@ Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pie
   }
   auto seg = [n](long long i) { return static_cast<int>(((i % n) + n) % n); };
   std::vector<PipelineStep> steps;
-  std::vector<int> received;  // indices of the previous ring step's receiving steps
+  // What the next ring step sends: its own segment at step 0 (from `in`),
+  // then the slices the step before received, each from the step that did.
+  std::vector<Slice> forward = SlicesOf(pieces, starts, seg_off[ctx.rank], seg_bytes[ctx.rank]);
+  std::vector<int> received;  // received[j]: the step that received forward[j]
   for (int s = 0; s < 2 * (n - 1); ++s) {
-    const int send_seg = seg(ctx.rank - s);
-    const int recv_seg = seg(ctx.rank - s - 1);
-    // Sends: segment send_seg, received (and reduced) in the previous step.
-    const std::vector<Slice> out_slices = SlicesOf(pieces, starts, seg_off[send_seg], seg_bytes[send_seg]);
-    for (size_t j = 0; j < out_slices.size(); ++j) {
-      const Slice& sl = out_slices[j];
+    for (size_t j = 0; j < forward.size(); ++j) {
+      const Slice& sl = forward[j];
       PipelineStep st;
       st.send = (s == 0 ? sl.piece->in : sl.piece->out) + sl.offset;
       st.send_bytes = sl.bytes;
       st.forwards = s == 0 ? -1 : received[j];
       steps.push_back(st);
     }
+    const int recv_seg = seg(ctx.rank - s - 1);
+    forward = SlicesOf(pieces, starts, seg_off[recv_seg], seg_bytes[recv_seg]);
     received.clear();
-    for (const Slice& sl : SlicesOf(pieces, starts, seg_off[recv_seg], seg_bytes[recv_seg])) {
+    for (const Slice& sl : forward) {
       PipelineStep st;
       st.recv = sl.piece->out + sl.offset;
       st.recv_bytes = sl.bytes;
