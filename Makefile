@@ -1,7 +1,7 @@
 # The two commands of the README, and the benchmark.
 PYTHON ?= python3
 
-.PHONY: setup demo test bench horovod
+.PHONY: setup demo test bench horovod gpu-check
 
 setup:
 	bash scripts/setup.sh
@@ -21,3 +21,8 @@ bench: setup
 # column of the cross-process all-reduce benchmark (10-25 min to build).
 horovod:
 	bash benchmarks/setup_horovod.sh
+
+# The GPU kernel of TfxFusedReduce on its own (nvcc and a GPU; no TensorFlow):
+# bit-exact check against the host, then timings into benchmarks/results/.
+gpu-check:
+	bash scripts/gpu_check.sh

@@ -205,6 +205,20 @@ def git_commit() -> str | None:
         return None
 
 
+def gpu_section() -> list[str]:
+    """The GPU kernel's last timings, which only a machine with a GPU can take."""
+    path = os.path.join(common.RESULTS, "fused_reduce_gpu.md")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        body = f.read().strip().splitlines()
+    # Its own title becomes a section of this file.
+    title = "#" + body[0] if body and body[0].startswith("# ") else "## TfxFusedReduce's GPU kernel"
+    return [title, "", "Not rerun by this command (this machine has no GPU): `make gpu-check` "
+            "(`scripts/gpu_check.sh`) on a machine with nvcc and a GPU rewrites "
+            "`benchmarks/results/fused_reduce_gpu.md`, which is copied here."] + body[1:] + [""]
+
+
 def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
                    commit: str | None = None) -> str:
     import platform
@@ -240,6 +254,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
                 lines += [f"![algbw against payload size]({os.path.relpath(PLOT, common.ROOT)})",
                           ""]
             lines += [f"*Command: `{_relative(r['command'])}` ({r['wall_s']:.0f} s).*", ""]
+    lines += gpu_section()
     missing = [r["script"] for r in runs.values() if r["status"] == "missing"]
     failed = [(r["script"], r) for r in runs.values() if r["status"] not in ("ok", "missing")]
     if missing or failed:

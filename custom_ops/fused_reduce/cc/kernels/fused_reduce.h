@@ -53,10 +53,19 @@ void ReduceCpu(const T* const* inputs, int num_inputs, T* out, int64_t count,
 enum class ElementType { kHalf, kBFloat16, kFloat, kDouble, kInt32, kInt64 };
 constexpr int kMaxGpuInputs = 16;
 
-// The same reduction on a GPU stream; `inputs` is a host array of at most
-// kMaxGpuInputs device pointers.
-void LaunchReduceGpu(ElementType type, const void* const* inputs, int num_inputs, void* out,
-                     int64_t count, Reduction reduction, void* cuda_stream);
+// One tensor of a GPU reduction: its copy on each of the inputs (device
+// pointers) and where its result goes, which may be one of the copies.
+struct GpuTensor {
+  const void* inputs[kMaxGpuInputs];
+  void* out;
+  int64_t count;  // elements
+};
+
+// The same reduction on a GPU stream for a list of tensors of one element
+// type, in as few kernel launches as the launch parameters allow (one per 40
+// tensors at most). Returns nullptr, or the CUDA error of a launch.
+const char* LaunchReduceGpu(ElementType type, const GpuTensor* tensors, int num_tensors,
+                            int num_inputs, Reduction reduction, void* cuda_stream);
 #endif
 
 }  // namespace tfx_dist

@@ -1,6 +1,7 @@
 // TfxFusedReduce kernels: validate the device contributions, plan buckets,
 // reduce each bucket once (in parallel on the CPU), hand out the results.
 
+#include <algorithm>
 #include <vector>
 
 #include "custom_ops/fused_reduce/cc/kernels/fused_reduce.h"
@@ -267,8 +268,8 @@ class BlockViewsCpu : public OpKernel {
 REGISTER_KERNEL_BUILDER(Name("TfxBlockViews").Device(tensorflow::DEVICE_CPU), BlockViewsCpu);
 
 #if GOOGLE_CUDA
-// On a GPU the inputs have been copied onto the op's device; one kernel
-// launch per span reduces straight from them.
+// On a GPU the inputs have been copied onto the op's device; the tensors of
+// each dtype are reduced straight from them, many per kernel launch.
 class FusedReduceGpu : public FusedReduceBase {
  public:
   using FusedReduceBase::FusedReduceBase;
@@ -284,16 +285,29 @@ class FusedReduceGpu : public FusedReduceBase {
     // The raw cudaStream_t of the op's stream: this file needs no CUDA header.
     void* stream = ctx->op_device_context()->stream()->platform_specific_handle().stream;
     const int num_tensors = outputs.size();
-    std::vector<const void*> ptrs(num_devices_);
+    // A gradient list is nearly always of one dtype: one launch list per dtype.
+    std::vector<DataType> dtypes;
     for (int k = 0; k < num_tensors; ++k) {
-      if (num_elements[k] == 0) continue;
+      if (std::find(dtypes.begin(), dtypes.end(), inputs[k].dtype()) == dtypes.end()) {
+        dtypes.push_back(inputs[k].dtype());
+      }
+    }
+    for (DataType dtype : dtypes) {
+      std::vector<GpuTensor> tensors;
+      for (int k = 0; k < num_tensors; ++k) {
+        if (inputs[k].dtype() != dtype || num_elements[k] == 0) continue;
+        GpuTensor tensor{};
+        for (int d = 0; d < num_devices_; ++d) tensor.inputs[d] = inputs[d * num_tensors + k].data();
+        tensor.out = outputs[k]->data();
+        tensor.count = num_elements[k];
+        tensors.push_back(tensor);
+      }
       ElementType type;
-      OP_REQUIRES_OK(ctx, DispatchDtype(inputs[k].dtype(), [&](auto tag) {
-        type = GpuElementType(tag);
-      }));
-      for (int d = 0; d < num_devices_; ++d) ptrs[d] = inputs[d * num_tensors + k].data();
-      LaunchReduceGpu(type, ptrs.data(), num_devices_, outputs[k]->data(), num_elements[k],
-                      reduction_, stream);
+      OP_REQUIRES_OK(ctx, DispatchDtype(dtype, [&](auto tag) { type = GpuElementType(tag); }));
+      const char* error = LaunchReduceGpu(type, tensors.data(), tensors.size(), num_devices_,
+                                          reduction_, stream);
+      OP_REQUIRES(ctx, error == nullptr,
+                  absl::InternalError(absl::StrCat("TfxFusedReduce: CUDA launch failed: ", error)));
     }
   }
 
