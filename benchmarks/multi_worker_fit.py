@@ -127,7 +127,9 @@ def worker(args) -> None:
 
 # --------------------------------------------------------------------------- driver side
 
-def launch(n: int, impl: str, steps: int, epochs: int, bfc: bool, timeout: float) -> dict:
+def launch(n: int, impl: str, steps: int, epochs: int, bfc: bool, timeout: float,
+           cpus=None) -> dict:
+    """Runs one job of n workers under the launcher (restricted to ``cpus`` if given)."""
     cmd = [sys.executable, "-m", "tfx_dist.run", "-n", str(n), "--timeout", str(timeout), "--",
            sys.executable, os.path.abspath(__file__), "--worker", "--impl", impl,
            "--steps", str(steps), "--epochs", str(epochs)]
@@ -138,7 +140,8 @@ def launch(n: int, impl: str, steps: int, epochs: int, bfc: bool, timeout: float
         env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=timeout + 60)
+                          stderr=subprocess.STDOUT, timeout=timeout + 60,
+                          preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     wall = time.time() - t0
     for line in proc.stdout.splitlines():
         if RESULT_TAG in line:
@@ -151,11 +154,15 @@ def launch(n: int, impl: str, steps: int, epochs: int, bfc: bool, timeout: float
 
 def launch_pair(impl: str, steps: int, epochs: int, bfc: bool, timeout: float) -> dict:
     """Two independent one-worker jobs at the same time: what two one-thread
-    processes get out of this machine with no communication at all."""
+    processes get out of this machine with no communication at all. Each job
+    gets the CPUs the launcher binds that rank of a 2-worker job to."""
+    from tfx_dist.run import cpu_shares
+
+    shares = cpu_shares(2) or [None, None]
     results = [None, None]
 
     def one(i):
-        results[i] = launch(1, impl, steps, epochs, bfc, timeout)
+        results[i] = launch(1, impl, steps, epochs, bfc, timeout, cpus=shares[i])
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
     for t in threads:
@@ -175,7 +182,9 @@ def markdown(res: dict) -> str:
              f"{res['machine']}. The seeds' model (Dense 784->256 relu, Dropout 0.2, Dense 128 "
              f"relu, Dense 10 softmax; adam, sparse CE) on random data; per-worker batch "
              f"{PER_WORKER_BATCH}, global batch {PER_WORKER_BATCH} x workers. Each worker is its "
-             f"own process under `python -m tfx_dist.run -n N`, limited to ONE TensorFlow thread "
+             f"own process under `python -m tfx_dist.run -n N` (which binds each of N >= 2 workers "
+             f"to its own share of the CPUs, as `mpirun --bind-to core` does; a lone worker is "
+             f"not bound), limited to ONE TensorFlow thread "
              f"(intra-op 1, inter-op 1); TensorFlow CPU allocator: "
              f"{'BFC (`TF_CPU_ALLOCATOR_USE_BFC=true`)' if res['bfc'] else 'default'}. "
              f"First epoch excluded (warm-up); then {res['epochs']} timed epochs of "
@@ -205,6 +214,7 @@ def markdown(res: dict) -> str:
     if pair:
         lines.append(f"The last row is this machine's own ceiling for two one-thread processes in "
                      f"this run: two independent single-worker trainings started together, "
+                     f"each on the CPUs the launcher gives that rank of a 2-worker job, "
                      f"{pair['ratio']:.2f}x one alone.")
     two = res["configs"].get("2", {})
     if two.get("ok") and two.get("comm"):
@@ -222,14 +232,16 @@ def markdown(res: dict) -> str:
         lines.append(f"Target: 2-worker throughput >= {TARGET_2X}x one worker's: **{t['2/1']:.2f}x, "
                      f"{'met' if t['2/1'] >= TARGET_2X else 'NOT met'}**"
                      + (f" (round by round: {', '.join(f'{x:.2f}x' for x in per['2/1'])})"
-                        if per.get("2/1") else "") + "."
-                     + (f" 4 workers / 1: {t['4/1']:.2f}x" if "4/1" in t else "")
+                        if per.get("2/1") else "")
+                     + (f". 4 workers / 1: {t['4/1']:.2f}x" if "4/1" in t else "")
                      + (f" (round by round: {', '.join(f'{x:.2f}x' for x in per['4/1'])})"
                         if per.get("4/1") else "") + ".")
-    lines += ["", f"Caveat: this machine has {res['cores']} cores, so 4 one-thread workers "
-              "oversubscribe it (4 busy processes plus their communication threads share 2 "
-              "cores); the 4-worker figure measures contention, not scaling, and cannot exceed "
-              "the 2-core ceiling.", ""]
+    if "4" in res["configs"]:
+        lines += ["", f"Caveat: this machine has {res['cores']} cores, so 4 one-thread workers "
+                  "oversubscribe it (4 busy processes plus their communication threads share 2 "
+                  "cores); the 4-worker figure measures contention, not scaling, and cannot exceed "
+                  "the 2-core ceiling."]
+    lines.append("")
     tf = res.get("tf_mwms")
     if tf:
         if tf.get("ok"):

@@ -120,6 +120,56 @@ def test_pick_ports_are_free_distinct_and_below_the_ephemeral_range():
     assert all(launcher._port_is_free("127.0.0.1", p) for p in ports)
 
 
+AFFINITY = """
+    print(json.dumps(sorted(os.sched_getaffinity(0))))
+"""
+
+
+def affinities(result, n):
+    return [set(json.loads(lines_of(result.stdout, r)[0])) for r in range(n)]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to share out")
+def test_workers_are_bound_to_disjoint_shares_of_the_cpus(tmp_path):
+    mine = os.sched_getaffinity(0)
+    result, _ = launch("-n", "2", sys.executable, script(tmp_path, AFFINITY))
+    assert result.returncode == 0, result.stderr
+    first, second = affinities(result, 2)
+    assert first and second and not first & second
+    assert first | second == mine
+    # What the launcher computed for this machine is what the workers got.
+    assert [first, second] == [set(c) for c in launcher.cpu_shares(2, mine)]
+
+
+def test_cpu_bind_none_and_more_workers_than_cpus_leave_workers_floating(tmp_path):
+    mine = os.sched_getaffinity(0)
+    worker = script(tmp_path, AFFINITY)
+    result, _ = launch("-n", "2", "--cpu-bind", "none", sys.executable, worker)
+    assert result.returncode == 0, result.stderr
+    assert affinities(result, 2) == [mine, mine]
+    n = len(mine) + 1
+    result, _ = launch("-n", str(n), sys.executable, worker)
+    assert result.returncode == 0, result.stderr
+    assert affinities(result, n) == [mine] * n
+
+
+def test_cpu_shares_gives_whole_cores_then_single_cpus():
+    def siblings(cpu):  # 8 logical CPUs: cpu and cpu + 4 share a physical core
+        return {cpu % 4, cpu % 4 + 4}
+    assert launcher.cpu_shares(2, range(8), siblings) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert launcher.cpu_shares(3, range(8), siblings) == [[0, 1, 4, 5], [2, 6], [3, 7]]
+    assert launcher.cpu_shares(4, range(8), siblings) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # Fewer cores than workers: single logical CPUs.
+    assert launcher.cpu_shares(5, range(8), siblings) == [[0, 1], [2, 3], [4, 5], [6], [7]]
+    # Only the CPUs this process may use count, siblings outside them too.
+    assert launcher.cpu_shares(2, [1, 5, 2], siblings) == [[1, 5], [2]]
+    # Nothing to share out, or too little.
+    assert launcher.cpu_shares(1, range(8), siblings) is None
+    assert launcher.cpu_shares(9, range(8), siblings) is None
+    # No topology: every CPU its own core.
+    assert launcher.cpu_shares(3, [0, 1, 2, 3], lambda c: {c}) == [[0, 1], [2], [3]]
+
+
 def test_every_line_is_prefixed_with_its_rank(tmp_path):
     worker = script(tmp_path, """
         print(f"out a {RANK}")
@@ -250,6 +300,7 @@ def test_ctrl_c_stops_all_workers(tmp_path):
     (["-n", "0", "true"], "at least 1"),
     (["-n", "2", "--timeout", "0", "true"], "--timeout must be positive"),
     (["true"], "required: -n/--num-workers"),
+    (["-n", "2", "--cpu-bind", "sockets", "true"], "invalid choice: 'sockets'"),
 ])
 def test_bad_arguments(args, message):
     result, _ = launch(*args)

@@ -17,6 +17,13 @@ Each worker gets, on top of the launcher's own environment:
   CPU allocator, so that large gradient buffers are not page-faulted in again
   every step.
 
+CPUs (``--cpu-bind cores``, the default): each worker is bound to its own
+share of the CPUs the launcher may use, whole physical cores where there are at
+least as many as workers, as ``mpirun --bind-to core`` does (see
+:func:`cpu_shares`). Threads of one worker then share its cores instead of
+preempting the other workers' compute, and TensorFlow sizes its thread pools to
+the share. With more workers than CPUs, or ``--cpu-bind none``, workers float.
+
 Output: each line a worker writes to stdout or stderr is copied to the
 launcher's stdout or stderr with its rank in front, ``[0] ...`` (padded to one
 width from 10 workers on: ``[ 0] ``). Keras
@@ -65,6 +72,59 @@ _LAUNCHER = "tfx-dist-run"
 
 class LaunchError(RuntimeError):
     """The launcher could not start the job (bad arguments, no free ports)."""
+
+
+# --- CPUs --------------------------------------------------------------------------------------
+
+def _siblings(cpu: int) -> frozenset:
+    """The logical CPUs of ``cpu``'s physical core (itself alone if the kernel does not say)."""
+    path = f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return frozenset({cpu})
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return frozenset(cpus)
+
+
+def _split(items: list, n: int) -> List[list]:
+    """``items`` cut into ``n`` contiguous runs whose lengths differ by at most one."""
+    size, extra = divmod(len(items), n)
+    runs, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        runs.append(items[start:end])
+        start = end
+    return runs
+
+
+def cpu_shares(num_workers: int, cpus: Optional[Sequence[int]] = None,
+               siblings=_siblings) -> Optional[List[List[int]]]:
+    """One disjoint list of CPUs per worker, or None where binding would not help.
+
+    ``cpus`` defaults to the CPUs this process may run on. Whole physical cores
+    (all their hardware threads) go to one worker when there are at least as
+    many cores as workers; else single logical CPUs when there are enough;
+    else None: with more workers than CPUs, binding would only keep the
+    scheduler from moving a worker to a CPU that another leaves idle. None also
+    for one worker (nothing to share) and where the OS cannot bind.
+    """
+    if cpus is None:
+        if not hasattr(os, "sched_getaffinity"):
+            return None
+        cpus = os.sched_getaffinity(0)
+    cpus = sorted(cpus)
+    if num_workers < 2 or len(cpus) < num_workers:
+        return None
+    allowed = set(cpus)
+    cores = sorted({frozenset(siblings(c) & allowed) or frozenset({c}) for c in cpus}, key=min)
+    if len(cores) >= num_workers:
+        return [sorted(c for core in run for c in core) for run in _split(cores, num_workers)]
+    return _split(cpus, num_workers)
 
 
 # --- ports -------------------------------------------------------------------------------------
@@ -298,23 +358,37 @@ def _set_parent_death_signal():
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _child_setup(cpus: Optional[Sequence[int]]):
+    """What a worker runs between fork and exec."""
+    def setup():
+        _set_parent_death_signal()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+    return setup
+
+
 class _Job:
     """N worker processes, their relays, and how to stop them."""
 
-    def __init__(self, command: Sequence[str], envs: Sequence[dict], hide_progress: bool):
+    def __init__(self, command: Sequence[str], envs: Sequence[dict], hide_progress: bool,
+                 cpu_sets: Optional[Sequence[Sequence[int]]] = None):
         self.console = _Console()
         self.procs: List[subprocess.Popen] = []
         self.relays: List[_Relay] = []
         width = len(str(len(envs) - 1))
-        # The parent-death signal runs Python code between fork and exec, which
-        # is only safe while this process has one thread.
-        preexec = (_set_parent_death_signal
-                   if sys.platform.startswith("linux") and threading.active_count() == 1 else None)
+        # Code between fork and exec (the parent-death signal, the CPU binding)
+        # is only safe while this process has one thread; else the binding is
+        # applied just after the start, before the worker can have threads of its own.
+        in_child = sys.platform.startswith("linux") and threading.active_count() == 1
         try:
-            for env in envs:
+            for rank, env in enumerate(envs):
+                cpus = cpu_sets[rank] if cpu_sets else None
                 self.procs.append(subprocess.Popen(
                     list(command), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec))
+                    stderr=subprocess.PIPE, start_new_session=True,
+                    preexec_fn=_child_setup(cpus) if in_child else None))
+                if cpus and not in_child:
+                    os.sched_setaffinity(self.procs[-1].pid, cpus)
         except OSError as e:
             self.stop(grace=0)
             raise LaunchError(f"could not start {command[0]!r}: {e}") from None
@@ -386,6 +460,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace-period", type=float, default=5.0, metavar="SECONDS",
                         help="when stopping workers, wait this long after SIGTERM before "
                              "SIGKILL (default: %(default)s)")
+    parser.add_argument("--cpu-bind", choices=("cores", "none"), default="cores",
+                        help="cores: bind each worker to its own share of this launcher's "
+                             "CPUs, whole physical cores where there are enough, like mpirun's "
+                             "--bind-to core (skipped when there are more workers than CPUs); "
+                             "none: workers float over all CPUs (default: %(default)s)")
     parser.add_argument("--all-progress", action="store_true",
                         help="show Keras progress bars of every rank (default: rank 0 only)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
@@ -452,7 +531,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     try:
         try:
-            job = _Job(command, envs, hide_progress=not args.all_progress)
+            cpu_sets = cpu_shares(args.num_workers) if args.cpu_bind == "cores" else None
+            job = _Job(command, envs, hide_progress=not args.all_progress, cpu_sets=cpu_sets)
         except LaunchError as e:
             _say(str(e))
             return 2
