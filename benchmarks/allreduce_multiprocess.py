@@ -196,8 +196,23 @@ def measure_tcp(nbytes: int = 64 * MIB, rounds: int = 6) -> float:
 
 # --------------------------------------------------------------------------- driver
 
+def cpu_share(rank: int, nprocs: int):
+    """The CPUs tfx-dist-run would bind rank ``rank`` of ``nprocs`` to (None: it would not).
+
+    Loads tfx_dist/run.py by path: it uses the standard library only, so this
+    works in Horovod's environment too, where tfx_dist is not installed.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_tfx_run", os.path.join(ROOT, "tfx_dist", "run.py"))
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    shares = run.cpu_shares(nprocs)
+    return shares[rank] if shares else None
+
+
 def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: float,
-             tf_bfc: bool = True) -> dict:
+             tf_bfc: bool = True, bind: bool = True) -> dict:
     addresses = [f"127.0.0.1:{p}" for p in _free_ports(nprocs)]
     env = dict(os.environ, TFX_JOB_SECRET=os.environ.get("TFX_JOB_SECRET") or os.urandom(16).hex(),
                TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
@@ -208,8 +223,12 @@ def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: flo
     env["TF_CPU_ALLOCATOR_USE_BFC"] = "true" if tf_bfc else "false"
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--addresses",
            json.dumps(addresses), "--sizes", ",".join(map(str, sizes))] + (["--quick"] if quick else [])
+    # Each rank on the CPUs tfx-dist-run would give it.
+    shares = [cpu_share(r, nprocs) if bind else None for r in range(nprocs)]
     procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for r in range(nprocs)]
+                              text=True, env=env,
+                              preexec_fn=(lambda c=shares[r]: os.sched_setaffinity(0, c)) if shares[r] else None)
+             for r in range(nprocs)]
     outs = []
     try:
         for p in procs:
@@ -242,7 +261,7 @@ def _summarize(outs: list[dict], sizes: list[int], nprocs: int) -> dict:
 
 
 def run_horovod(venv: str, nprocs: int, sizes: list[int], quick: bool, timeout: float,
-                tf_bfc: bool = True) -> dict:
+                tf_bfc: bool = True, bind: bool = True) -> dict:
     """benchmarks/horovod_allreduce.py under the venv's horovodrun (Gloo, localhost)."""
     import shutil
     import signal
@@ -260,7 +279,9 @@ def run_horovod(venv: str, nprocs: int, sizes: list[int], quick: bool, timeout: 
     # nothing of this interpreter's environment that would point the venv elsewhere.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
-               TF_CPU_ALLOCATOR_USE_BFC="true" if tf_bfc else "false")
+               TF_CPU_ALLOCATOR_USE_BFC="true" if tf_bfc else "false",
+               # horovod_allreduce.py binds itself as the other processes are bound.
+               TFX_BENCH_CPU_BIND="cores" if bind else "none")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=ROOT, start_new_session=True)
     try:
@@ -293,7 +314,10 @@ def markdown(report: dict) -> str:
              f"memcpy {report['limits']['memcpy_GBps']:.2f} GB/s. Latency is the median over "
              "repeats of the slowest rank; algbw = bytes / latency; busbw = algbw * 2(n-1)/n. "
              f"TensorFlow CPU allocator in every TF process: {report.get('tf_cpu_allocator', 'default')}"
-             + (" (`TF_CPU_ALLOCATOR_USE_BFC=true`)." if report.get("tf_cpu_allocator") == "bfc" else "."),
+             + (" (`TF_CPU_ALLOCATOR_USE_BFC=true`)." if report.get("tf_cpu_allocator") == "bfc" else ".")
+             + (" Every implementation's rank r runs on the CPUs that `tfx-dist-run` binds rank r to "
+                "(its own core here; `--cpu-bind none` to let processes float)."
+                if report.get("cpu_bind") == "cores" else " Processes not bound to CPUs."),
              ""]
     hvd = next((r["horovod"] for r in report["results"].values() if "horovod" in r), None)
     if hvd:
@@ -359,6 +383,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--tf-default-allocator", action="store_true",
                         help="do not set TF_CPU_ALLOCATOR_USE_BFC=true in the TensorFlow processes")
+    parser.add_argument("--cpu-bind", choices=("cores", "none"), default="cores",
+                        help="cores: every implementation's rank r on the CPUs tfx-dist-run binds "
+                             "rank r to; none: processes float (default: %(default)s)")
     parser.add_argument("--horovod-venv", default=None,
                         help="virtual environment with Horovod + TensorFlow 2.12 (default: "
                              "build/horovod-venv, made by benchmarks/setup_horovod.sh; the Horovod "
@@ -376,7 +403,7 @@ def main() -> None:
     report = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
               "date": time.strftime("%Y-%m-%d %H:%M"), "sizes": sizes, "quick": args.quick,
               "tf_cpu_allocator": "default" if args.tf_default_allocator else "bfc",
-              "limits": {}, "results": {}}
+              "cpu_bind": args.cpu_bind, "limits": {}, "results": {}}
     report["limits"]["memcpy_GBps"] = measure_memcpy() / 1e9
     report["limits"]["tcp_one_way_GBps"] = measure_tcp() / 1e9
     print(f"limits: memcpy {report['limits']['memcpy_GBps']:.2f} GB/s, loopback TCP "
@@ -398,7 +425,8 @@ def main() -> None:
                 # A baseline built outside this project: its failure is reported, not fatal.
                 try:
                     report["results"][str(n)][impl] = run_horovod(
-                        venv, n, sizes, args.quick, args.timeout, tf_bfc=not args.tf_default_allocator)
+                        venv, n, sizes, args.quick, args.timeout, tf_bfc=not args.tf_default_allocator,
+                        bind=args.cpu_bind == "cores")
                 except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
                     last = (str(e).strip().splitlines() or ["?"])[-1][:300]
                     report.setdefault("horovod_errors", {})[str(n)] = last
@@ -406,7 +434,8 @@ def main() -> None:
                     continue
             else:
                 report["results"][str(n)][impl] = run_impl(impl, n, sizes, args.quick, args.timeout,
-                                                           tf_bfc=not args.tf_default_allocator)
+                                                           tf_bfc=not args.tf_default_allocator,
+                                                           bind=args.cpu_bind == "cores")
             summary = ", ".join(f"{_fmt_size(int(s))}: {r['latency_ms']:.3f} ms / {r['algbw_GBps']:.2f} GB/s"
                                 for s, r in report["results"][str(n)][impl]["sizes"].items())
             floor = report["results"][str(n)][impl].get("tf_function_floor_ms")
