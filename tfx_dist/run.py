@@ -378,7 +378,8 @@ class _Job:
         width = len(str(len(envs) - 1))
         # Code between fork and exec (the parent-death signal, the CPU binding)
         # is only safe while this process has one thread; else the binding is
-        # applied just after the start, before the worker can have threads of its own.
+        # applied as soon as the worker has started (threads it starts at once
+        # may escape it).
         in_child = sys.platform.startswith("linux") and threading.active_count() == 1
         try:
             for rank, env in enumerate(envs):
@@ -388,7 +389,10 @@ class _Job:
                     stderr=subprocess.PIPE, start_new_session=True,
                     preexec_fn=_child_setup(cpus) if in_child else None))
                 if cpus and not in_child:
-                    os.sched_setaffinity(self.procs[-1].pid, cpus)
+                    try:
+                        os.sched_setaffinity(self.procs[-1].pid, cpus)
+                    except ProcessLookupError:  # already gone: its exit code tells
+                        pass
         except OSError as e:
             self.stop(grace=0)
             raise LaunchError(f"could not start {command[0]!r}: {e}") from None
