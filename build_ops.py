@@ -86,6 +86,23 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
+DEFAULT_CUDA_ARCHS = "75,80,86,89,90"
+
+
+def cuda_arch_flags(archs: str | None = None) -> list[str]:
+    """nvcc -gencode flags: machine code for each compute capability in
+    ``TFX_CUDA_ARCHS`` (default 7.5 to 9.0, e.g. "80,90"), plus PTX of the
+    newest, which the driver compiles for GPUs newer than all of them."""
+    archs = archs if archs is not None else os.environ.get("TFX_CUDA_ARCHS", DEFAULT_CUDA_ARCHS)
+    numbers = [a.strip() for a in archs.split(",") if a.strip()]
+    if not numbers or not all(a.isdigit() for a in numbers):
+        raise ValueError(f"TFX_CUDA_ARCHS={archs!r}: want compute capabilities without the dot, "
+                         f"comma-separated, e.g. {DEFAULT_CUDA_ARCHS!r}")
+    newest = max(numbers, key=int)
+    return ([f"-gencode=arch=compute_{a},code=sm_{a}" for a in numbers]
+            + [f"-gencode=arch=compute_{newest},code=compute_{newest}"])
+
+
 def find_cuda_home(nvcc: str) -> str:
     """The CUDA toolkit root (with include/ and lib64/); ``CUDA_HOME`` overrides."""
     if os.environ.get("CUDA_HOME"):
@@ -138,8 +155,9 @@ def build_library(lib: Library, out_dir: str, build_dir: str, nvcc: str | None) 
         # include no CUDA header: only nvcc sees those).
         cflags += ["-DGOOGLE_CUDA=1"]
     # Objects live under a folder named by the flags, so a change of flags
-    # (nvcc found, another TensorFlow) never reuses a stale object.
-    tag = lib.name + "-" + hashlib.sha1(" ".join(cflags).encode()).hexdigest()[:10]
+    # (nvcc found, another TensorFlow, other CUDA archs) never reuses a stale object.
+    tag_flags = cflags + (cuda_arch_flags() if cuda else [])
+    tag = lib.name + "-" + hashlib.sha1(" ".join(tag_flags).encode()).hexdigest()[:10]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = [pool.submit(_compile, src,
                                os.path.join(build_dir, tag,
@@ -148,7 +166,8 @@ def build_library(lib: Library, out_dir: str, build_dir: str, nvcc: str | None) 
         objects = [f.result() for f in futures]
     if cuda:
         cuda_flags = ["-std=c++17", "-O3", "-x", "cu", "-Xcompiler", "-fPIC",
-                      "-DGOOGLE_CUDA=1", "-I" + ROOT, "--expt-relaxed-constexpr"]
+                      "-DGOOGLE_CUDA=1", "-I" + ROOT, "--expt-relaxed-constexpr",
+                      "--threads", "0"] + cuda_arch_flags()
         if lib.tensorflow:
             cuda_flags += [f for f in _tf_flags()[0] if "std=" not in f]
         for src in cuda:

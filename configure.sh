@@ -30,6 +30,8 @@ choice:
   TFX_NVCC               nvcc to use; set it empty (TFX_NVCC=) to build without
                          CUDA (default: nvcc on PATH, as build_ops.py does)
   TFX_CUDA_LIB_DIR       directory holding libcudart.so (default: <nvcc>/../lib64)
+  TFX_CUDA_ARCHS         compute capabilities to build GPU code for, without the
+                         dot (default: 75,80,86,89,90; PTX of the newest too)
   TFX_BAZEL_CUDA         1: build the *.cu.cc files by default (--config=cuda
                          on); 0: only with an explicit --config=cuda
                          (default: 1 when nvcc is found, like build_ops.py)
@@ -125,7 +127,15 @@ if any("std=" in f and "c++17" not in f for f in tf.sysconfig.get_compile_flags(
           f"{tf.sysconfig.get_compile_flags()}", file=sys.stderr)
 
 cuda_lib_dir = None
+cuda_arch_flags = []
 if nvcc:
+    # The same rule as build_ops.py (TFX_CUDA_ARCHS).
+    sys.path.insert(0, root)
+    from build_ops import cuda_arch_flags as _arch_flags
+    try:
+        cuda_arch_flags = _arch_flags()
+    except ValueError as e:
+        die(str(e))
     cuda_lib_dir = os.environ.get("TFX_CUDA_LIB_DIR")
     if not cuda_lib_dir:
         # nvcc may be a wrapper script (/usr/local/bin/nvcc here): ask it where
@@ -227,6 +237,7 @@ TF_COPTS = {json.dumps(tf_copts)}
 # None when configure found no nvcc: --config=cuda then fails with a message.
 NVCC = {json.dumps(nvcc) if nvcc else "None"}
 CUDA_LIB_DIR = {json.dumps(cuda_lib_dir) if cuda_lib_dir else "None"}
+CUDA_ARCH_FLAGS = {json.dumps(cuda_arch_flags)}
 ''')
 
 user_root = os.environ.get("TFX_BAZEL_OUTPUT_USER_ROOT",

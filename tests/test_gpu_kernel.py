@@ -9,9 +9,12 @@ import os
 import shutil
 import subprocess
 
+import sys
+
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # build_ops.py
 BUILT = os.path.join(ROOT, "build", "gpu_check", "fused_reduce_gpu_test")
 
 
@@ -41,3 +44,15 @@ def test_gpu_kernel_matches_host(built):
     result = subprocess.run([built], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " 0 failed" in result.stdout.splitlines()[-1]
+
+
+def test_cuda_arch_flags():
+    import build_ops
+
+    assert build_ops.cuda_arch_flags("80,90") == [
+        "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_90,code=compute_90"]  # PTX of the newest, for newer GPUs
+    assert build_ops.cuda_arch_flags(" 120, 75 ")[-1] == "-gencode=arch=compute_120,code=compute_120"
+    for bad in ("", "8.0", "sm_90", "80;90"):
+        with pytest.raises(ValueError, match="TFX_CUDA_ARCHS"):
+            build_ops.cuda_arch_flags(bad)

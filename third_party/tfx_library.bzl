@@ -12,6 +12,7 @@ nvcc) and skipped otherwise.
 
 load(
     "@tfx_local_config//:config.bzl",
+    "CUDA_ARCH_FLAGS",
     "CUDA_LIB_DIR",
     "NVCC",
     "TF_COPTS",
@@ -46,7 +47,8 @@ def _nvcc_object(name, src, tensorflow):
         "-I.",
         "-I$(GENDIR)",
         "--expt-relaxed-constexpr",
-    ]
+        "--threads 0",
+    ] + CUDA_ARCH_FLAGS
     srcs = [src, ":tfx_headers_files"]
     if tensorflow:
         flags += ["-Iexternal/local_tensorflow/include"]
