@@ -316,7 +316,8 @@ def markdown(report: dict) -> str:
              f"TensorFlow CPU allocator in every TF process: {report.get('tf_cpu_allocator', 'default')}"
              + (" (`TF_CPU_ALLOCATOR_USE_BFC=true`)." if report.get("tf_cpu_allocator") == "bfc" else ".")
              + (" Every implementation's rank r runs on the CPUs that `tfx-dist-run` binds rank r to "
-                "(its own core here; `--cpu-bind none` to let processes float)."
+                "(a disjoint share each; none when there are more processes than CPUs; `--cpu-bind none` "
+                "to let processes float)."
                 if report.get("cpu_bind") == "cores" else " Processes not bound to CPUs."),
              ""]
     hvd = next((r["horovod"] for r in report["results"].values() if "horovod" in r), None)
