@@ -156,8 +156,8 @@ def build_library(lib: Library, out_dir: str, build_dir: str, nvcc: str | None) 
         cflags += ["-DGOOGLE_CUDA=1"]
     # Objects live under a folder named by the flags, so a change of flags
     # (nvcc found, another TensorFlow, other CUDA archs) never reuses a stale object.
-    tag_flags = cflags + (cuda_arch_flags() if cuda else [])
-    tag = lib.name + "-" + hashlib.sha1(" ".join(tag_flags).encode()).hexdigest()[:10]
+    arch_flags = cuda_arch_flags() if cuda else []
+    tag = lib.name + "-" + hashlib.sha1(" ".join(cflags + arch_flags).encode()).hexdigest()[:10]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = [pool.submit(_compile, src,
                                os.path.join(build_dir, tag,
@@ -167,7 +167,7 @@ def build_library(lib: Library, out_dir: str, build_dir: str, nvcc: str | None) 
     if cuda:
         cuda_flags = ["-std=c++17", "-O3", "-x", "cu", "-Xcompiler", "-fPIC",
                       "-DGOOGLE_CUDA=1", "-I" + ROOT, "--expt-relaxed-constexpr",
-                      "--threads", "0"] + cuda_arch_flags()
+                      "--threads", "0"] + arch_flags
         if lib.tensorflow:
             cuda_flags += [f for f in _tf_flags()[0] if "std=" not in f]
         for src in cuda:

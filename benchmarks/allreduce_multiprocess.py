@@ -196,8 +196,8 @@ def measure_tcp(nbytes: int = 64 * MIB, rounds: int = 6) -> float:
 
 # --------------------------------------------------------------------------- driver
 
-def cpu_share(rank: int, nprocs: int):
-    """The CPUs tfx-dist-run would bind rank ``rank`` of ``nprocs`` to (None: it would not).
+def launcher_cpu_shares(nprocs: int):
+    """The CPUs tfx-dist-run would bind each of ``nprocs`` ranks to (None: it would not bind).
 
     Loads tfx_dist/run.py by path: it uses the standard library only, so this
     works in Horovod's environment too, where tfx_dist is not installed.
@@ -207,8 +207,7 @@ def cpu_share(rank: int, nprocs: int):
     spec = importlib.util.spec_from_file_location("_tfx_run", os.path.join(ROOT, "tfx_dist", "run.py"))
     run = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(run)
-    shares = run.cpu_shares(nprocs)
-    return shares[rank] if shares else None
+    return run.cpu_shares(nprocs)
 
 
 def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: float,
@@ -224,7 +223,7 @@ def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: flo
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--addresses",
            json.dumps(addresses), "--sizes", ",".join(map(str, sizes))] + (["--quick"] if quick else [])
     # Each rank on the CPUs tfx-dist-run would give it.
-    shares = [cpu_share(r, nprocs) if bind else None for r in range(nprocs)]
+    shares = (launcher_cpu_shares(nprocs) if bind else None) or [None] * nprocs
     procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env,
                               preexec_fn=(lambda c=shares[r]: os.sched_setaffinity(0, c)) if shares[r] else None)

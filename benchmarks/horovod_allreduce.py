@@ -29,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from allreduce_multiprocess import _summarize, _time_loop, cpu_share  # noqa: E402  (stdlib only at import)
+from allreduce_multiprocess import _summarize, _time_loop, launcher_cpu_shares  # noqa: E402  (stdlib only at import)
 
 
 def main() -> None:
@@ -42,9 +42,9 @@ def main() -> None:
     # Bound like the other implementations' processes (before TensorFlow
     # starts threads, which inherit it). horovodrun sets the local rank.
     if os.environ.get("TFX_BENCH_CPU_BIND", "cores") == "cores":
-        share = cpu_share(int(os.environ["HOROVOD_LOCAL_RANK"]), int(os.environ["HOROVOD_LOCAL_SIZE"]))
-        if share:
-            os.sched_setaffinity(0, share)
+        shares = launcher_cpu_shares(int(os.environ["HOROVOD_LOCAL_SIZE"]))
+        if shares:
+            os.sched_setaffinity(0, shares[int(os.environ["HOROVOD_LOCAL_RANK"])])
 
     import horovod
     import horovod.tensorflow as hvd
