@@ -6,9 +6,11 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.cross_device_ops import FusedAllReduce
+from tfx_dist.strategy_input import StrategyInput
 
 
-class _CentralStorageExtended(tfc.parameter_server_lib.ParameterServerStrategyExtended):
+class _CentralStorageExtended(StrategyInput,
+                              tfc.parameter_server_lib.ParameterServerStrategyExtended):
     """TensorFlow's extension, reducing onto the parameter device with our op.
 
     One fix for Keras 3: its random layers (Dropout, ...) keep their seed in a
@@ -17,7 +19,7 @@ class _CentralStorageExtended(tfc.parameter_server_lib.ParameterServerStrategyEx
     an aggregation method"), so TensorFlow's own strategy fails on the first
     `fit` of such a model. Every replica writes the same value there, so
     taking the first replica's is exact, as each copy of MirroredStrategy
-    would hold.
+    would hold. Input as every tfx_dist strategy adopts it (see strategy_input).
     """
 
     def __init__(self, container_strategy, compute_devices, parameter_device, bucket_bytes):

@@ -5,33 +5,23 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist import iterator_reaper
 from tfx_dist.cross_device_ops import FusedAllReduce
+from tfx_dist.strategy_input import StrategyInput
 
 
-class _FusedMirroredExtended(tfc.mirrored_strategy.MirroredExtended):
+class _FusedMirroredExtended(StrategyInput, tfc.mirrored_strategy.MirroredExtended):
     """TensorFlow's MirroredExtended, but int32 values too go through our op.
 
     TensorFlow sends int32 values to ReductionToOneDevice because NCCL has no
     int32 path; the fused op has one. Under XLA (no merge call) TensorFlow's
-    collectives stay in charge: the fused op has no XLA kernel. Dropped input
-    iterators are destroyed in the background (see iterator_reaper).
+    collectives stay in charge: the fused op has no XLA kernel. Input as
+    every tfx_dist strategy adopts it (see strategy_input).
     """
 
     def _get_cross_device_ops(self, value):
         if not self._use_merge_call():
             return super()._get_cross_device_ops(value)
         return self._cross_device_ops
-
-    def _experimental_distribute_dataset(self, dataset, options):
-        distributed = super()._experimental_distribute_dataset(dataset, options)
-        iterator_reaper.reap_in_background(distributed)
-        return distributed
-
-    def _distribute_datasets_from_function(self, dataset_fn, options):
-        distributed = super()._distribute_datasets_from_function(dataset_fn, options)
-        iterator_reaper.reap_in_background(distributed)
-        return distributed
 
 
 class MirroredStrategy(tf.distribute.MirroredStrategy):

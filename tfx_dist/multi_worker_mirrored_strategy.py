@@ -39,10 +39,9 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
-from tfx_dist import direct_input
 from tfx_dist import input_balance
-from tfx_dist import iterator_reaper
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
+from tfx_dist.strategy_input import StrategyInput
 
 
 class _SingleProcessTransport:
@@ -79,7 +78,8 @@ def _cluster_resolver_for(info: cluster_lib.ClusterInfo):
         rpc_layer=info.rpc_layer)
 
 
-class MultiWorkerMirroredExtended(tfc.collective_all_reduce_strategy.CollectiveAllReduceExtended):
+class MultiWorkerMirroredExtended(StrategyInput,
+                                  tfc.collective_all_reduce_strategy.CollectiveAllReduceExtended):
     """The `tf.distribute.StrategyExtended` of `MultiWorkerMirroredStrategy`.
 
     It keeps TensorFlow's input pipeline (per-worker sharding, partial
@@ -170,26 +170,14 @@ class MultiWorkerMirroredExtended(tfc.collective_all_reduce_strategy.CollectiveA
 
     # -- input ---------------------------------------------------------------------------------
 
-    def _adopt_input(self, distributed, options):
-        """What the strategy changes in every dataset it distributes, not yet iterated."""
-        if direct_input.wanted(self.worker_devices, options):
-            direct_input.read_directly(distributed, options)
-        iterator_reaper.reap_in_background(distributed)
-        return distributed
-
     def _experimental_distribute_dataset(self, dataset, options):
-        distributed = self._adopt_input(super()._experimental_distribute_dataset(dataset, options),
-                                        options)
+        distributed = super()._experimental_distribute_dataset(dataset, options)
         if self._num_workers > 1 and input_balance.same_batch_count_on_every_worker(dataset):
             # No worker can run out before the others: skip TF's per-step
             # "has data" all-reduce (see input_balance).
             distributed._enable_get_next_as_optional = False  # pylint: disable=protected-access
             input_balance.check_locally_when_balanced(type(self._container_strategy()))
         return distributed
-
-    def _distribute_datasets_from_function(self, dataset_fn, options):
-        return self._adopt_input(super()._distribute_datasets_from_function(dataset_fn, options),
-                                 options)
 
     # -- variables start equal on every worker -------------------------------------------------
 

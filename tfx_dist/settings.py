@@ -68,11 +68,12 @@ SETTINGS = {
                 "batches as the others (DATA or OFF sharding, or AUTO without files); "
                 "`always` keeps it."),
         Setting("TFX_DIRECT_INPUT", "auto", _choice("auto", "off"),
-                "Multi-worker input: `auto` lets a worker whose one replica runs on its "
-                "host CPU iterate its dataset directly instead of through TensorFlow's "
-                "multi-device iterator (one pipeline and two thread hand-offs per step less, "
-                "no wait for that pipeline's autotuning thread at each epoch's start); "
-                "`off` keeps the multi-device iterator."),
+                "Input of every strategy: `auto` lets a worker whose replicas all run on "
+                "its host CPU iterate its dataset directly, one element per replica in "
+                "order, instead of through TensorFlow's multi-device iterator (a second "
+                "pipeline with prefetch and autotuning threads per device, there only to "
+                "move elements to the memory they are already in); `off` keeps the "
+                "multi-device iterator."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, int,
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),

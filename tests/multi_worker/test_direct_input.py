@@ -9,15 +9,18 @@ CPU = "/job:worker/replica:0/task:0/device:CPU:0"
 Mode = tf.distribute.InputReplicationMode
 
 
-def test_one_cpu_replica_reads_directly():
+def test_cpu_replicas_read_directly():
     assert wanted([CPU], None)
     assert wanted([CPU], tf.distribute.InputOptions())
     assert wanted(["/device:CPU:0"], tf.distribute.InputOptions(experimental_fetch_to_device=False))
+    # Several logical CPUs of the worker's host: the host's memory holds every element.
+    assert wanted([CPU, CPU.replace("CPU:0", "CPU:1")], None, host=CPU)
 
 
 def test_others_keep_the_multi_device_iterator():
-    assert not wanted([CPU, CPU.replace("CPU:0", "CPU:1")], None)  # it splits batches
     assert not wanted([CPU.replace("CPU", "GPU")], None)  # it prefetches to the device
+    assert not wanted([CPU, CPU.replace("CPU", "GPU")], None)
+    assert not wanted([CPU.replace("task:0", "task:1")], None, host=CPU)  # another machine's CPU
     assert not wanted([CPU], tf.distribute.InputOptions(
         experimental_replication_mode=Mode.PER_REPLICA, experimental_fetch_to_device=False))
     assert not wanted([CPU], tf.distribute.InputOptions(
