@@ -50,9 +50,10 @@ def wanted(worker_devices, options, host=None) -> bool:
     specs = [tf.DeviceSpec.from_string(d) for d in worker_devices]
     if any(s.device_type not in (None, "CPU") for s in specs):
         return False
-    if host is not None:
+    if host is not None:  # a field left out means the local one
         h = tf.DeviceSpec.from_string(host)
-        if any((s.job, s.replica, s.task) != (h.job, h.replica, h.task) for s in specs):
+        if any(getattr(s, f) not in (None, getattr(h, f))
+               for s in specs for f in ("job", "replica", "task")):
             return False
     # Leave options that ask for something specific to TensorFlow.
     return options is None or (

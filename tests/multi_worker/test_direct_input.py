@@ -15,6 +15,7 @@ def test_cpu_replicas_read_directly():
     assert wanted(["/device:CPU:0"], tf.distribute.InputOptions(experimental_fetch_to_device=False))
     # Several logical CPUs of the worker's host: the host's memory holds every element.
     assert wanted([CPU, CPU.replace("CPU:0", "CPU:1")], None, host=CPU)
+    assert wanted(["/device:CPU:0", "/cpu:1"], None, host=CPU)  # local, not spelled out
 
 
 def test_others_keep_the_multi_device_iterator():
