@@ -265,7 +265,9 @@ def markdown(report: dict) -> str:
                   f"`fit` with default `steps_per_execution`. Each system in its own process; "
                   f"{b['rounds']} interleaved rounds of {b['steps_per_round']} timed steps after a "
                   f"warm-up (timed from the end of a round's first step to the end of its last); "
-                  f"median per-step time (IQR).", "",
+                  f"median per-step time (IQR). Besides the reduction, the strategies differ in "
+                  f"how replicas get their input: tfx_dist's CPU replicas read it directly, "
+                  f"TensorFlow's through its multi-device iterator (README, *Input*).", "",
                   common.table(["strategy", "cross-device ops", "ms/step (IQR)", "steps/s",
                                 "vs TF best"], rows), "",
                   f"- Target, `tfx_dist.MirroredStrategy` no slower than TF's: {verdict} "
