@@ -133,3 +133,24 @@ def test_fit_with_steps_per_execution_and_partial_batches():
     np.testing.assert_allclose(ours_loss, tf_loss, rtol=1e-5)
     np.testing.assert_allclose(ours_eval, tf_eval, rtol=1e-5)
     np.testing.assert_allclose(ours_pred, tf_pred, rtol=1e-5, atol=1e-6)
+
+
+def test_cpu_replicas_read_ragged_and_sparse_elements_as_tf_does():
+    ragged = tf.ragged.constant([[1], [2, 3], [4, 5, 6], [7], [8, 9]] * 2)
+    sparse = tf.sparse.from_dense(tf.reshape(tf.range(20), [10, 2]) % 3)
+    data = tf.data.Dataset.from_tensor_slices({"r": ragged, "s": sparse}).batch(4)
+
+    def sums(strategy):
+        @tf.function
+        def step(x):
+            return strategy.run(lambda v: (tf.reduce_sum(v["r"].flat_values),
+                                           tf.sparse.reduce_sum(v["s"])), args=(x,))
+        out = []
+        for x in strategy.experimental_distribute_dataset(data):
+            out.append([int(t) for value in step(x)
+                        for t in strategy.experimental_local_results(value)])
+        return out
+
+    ours = sums(tfx_dist.MirroredStrategy(CPUS[:2]))
+    assert ours == sums(tf.distribute.MirroredStrategy(CPUS[:2]))
+    assert sum(row[0] + row[1] for row in ours) == sum(range(1, 10)) * 2
