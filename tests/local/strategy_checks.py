@@ -258,3 +258,33 @@ def drops_iterators_in_the_background(strategy):
     # TensorFlow's own strategy's iterators are left alone.
     theirs = tf.distribute.MirroredStrategy(["/cpu:0"]).experimental_distribute_dataset(dataset)
     assert destroying_thread(theirs) == [threading.current_thread().name]
+
+
+def dealt_out(strategy, use_dataset_fn: bool, in_function: bool):
+    """Every step's per-replica values of a 23-element dataset (partial last batches)."""
+    data = tf.data.Dataset.range(23).map(lambda i: {"x": tf.cast(i, tf.float32), "i": i})
+    if use_dataset_fn:
+        distributed = strategy.distribute_datasets_from_function(lambda ctx: data.batch(2))
+    else:
+        distributed = strategy.experimental_distribute_dataset(data.batch(7))
+    steps = []
+    if not in_function:
+        for batch in distributed:
+            steps.append([v.numpy().tolist() for v in strategy.experimental_local_results(batch["i"])])
+        return distributed, steps
+
+    @tf.function
+    def step(iterator):
+        optional = iterator.get_next_as_optional()
+        empty = [tf.zeros([0], tf.int64)] * strategy.num_replicas_in_sync
+        return optional.has_value(), tf.cond(
+            optional.has_value(),
+            lambda: list(strategy.experimental_local_results(optional.get_value()["i"])),
+            lambda: empty)
+
+    iterator = iter(distributed)
+    while True:
+        has_value, values = step(iterator)
+        if not has_value:
+            return distributed, steps
+        steps.append([v.numpy().tolist() for v in values])

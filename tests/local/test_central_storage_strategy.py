@@ -85,3 +85,13 @@ def test_checkpoint_from_mirrored_restores_here(strategy, tmp_path):
 
 def test_agrees_with_tf_central_storage_strategy(tmp_path):
     checks.agrees_with_tensorflow("tfx_central", "tf_central", tmp_path)
+
+
+@pytest.mark.parametrize("use_dataset_fn", [False, True], ids=["distribute_dataset", "dataset_fn"])
+def test_replicas_read_directly_what_tf_deals_out(strategy, use_dataset_fn):
+    ours, got = checks.dealt_out(strategy, use_dataset_fn, in_function=True)
+    _, expected = checks.dealt_out(tf.distribute.experimental.CentralStorageStrategy(
+        COMPUTE, parameter_device=PARAMETERS), use_dataset_fn, in_function=True)
+    assert got == expected and len(got) == 4
+    iterator = iter(ours)
+    assert type(iterator._iterators[0]._iterator).__name__ == "OwnedIterator"

@@ -65,42 +65,14 @@ def test_agrees_with_tf_mirrored_strategy(tmp_path):
     checks.agrees_with_tensorflow("tfx_mirrored", "tf_mirrored", tmp_path)
 
 
-def _dealt_out(strategy, use_dataset_fn: bool, in_function: bool):
-    """Every step's per-replica values of a 23-element dataset (partial last batches)."""
-    data = tf.data.Dataset.range(23).map(lambda i: {"x": tf.cast(i, tf.float32), "i": i})
-    if use_dataset_fn:
-        distributed = strategy.distribute_datasets_from_function(lambda ctx: data.batch(2))
-    else:
-        distributed = strategy.experimental_distribute_dataset(data.batch(7))
-    steps = []
-    if not in_function:
-        for batch in distributed:
-            steps.append([v.numpy().tolist() for v in strategy.experimental_local_results(batch["i"])])
-        return distributed, steps
-
-    @tf.function
-    def step(iterator):
-        optional = iterator.get_next_as_optional()
-        empty = [tf.zeros([0], tf.int64)] * strategy.num_replicas_in_sync
-        return optional.has_value(), tf.cond(
-            optional.has_value(),
-            lambda: list(strategy.experimental_local_results(optional.get_value()["i"])),
-            lambda: empty)
-
-    iterator = iter(distributed)
-    while True:
-        has_value, values = step(iterator)
-        if not has_value:
-            return distributed, steps
-        steps.append([v.numpy().tolist() for v in values])
-
-
 @pytest.mark.parametrize("in_function", [False, True], ids=["eager", "tf_function"])
 @pytest.mark.parametrize("use_dataset_fn", [False, True], ids=["distribute_dataset", "dataset_fn"])
 def test_cpu_replicas_read_directly_what_tf_deals_out(use_dataset_fn, in_function):
     # Three replicas split a batch of 7 unevenly; the last batches leave replicas empty.
-    ours, got = _dealt_out(tfx_dist.MirroredStrategy(CPUS[:3]), use_dataset_fn, in_function)
-    _, expected = _dealt_out(tf.distribute.MirroredStrategy(CPUS[:3]), use_dataset_fn, in_function)
+    ours, got = checks.dealt_out(tfx_dist.MirroredStrategy(CPUS[:3]), use_dataset_fn,
+                                 in_function)
+    _, expected = checks.dealt_out(tf.distribute.MirroredStrategy(CPUS[:3]), use_dataset_fn,
+                                   in_function)
     assert got == expected
     assert len(got) == 4 and sorted(sum(sum(got, []), [])) == list(range(23))
     # Read on the host by a plain tf.data iterator, not TensorFlow's multi-device iterator.
