@@ -288,3 +288,10 @@ def dealt_out(strategy, use_dataset_fn: bool, in_function: bool):
         if not has_value:
             return distributed, steps
         steps.append([v.numpy().tolist() for v in values])
+
+
+def reads_directly(distributed) -> bool:
+    """Whether a distributed dataset's worker reads with a plain tf.data iterator
+    (tfx_dist's direct input), not TensorFlow's multi-device iterator."""
+    iterator = iter(distributed)  # kept alive: its wrappers hand their iterators over when dropped
+    return type(iterator._iterators[0]._iterator).__name__ == "OwnedIterator"

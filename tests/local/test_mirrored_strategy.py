@@ -75,9 +75,7 @@ def test_cpu_replicas_read_directly_what_tf_deals_out(use_dataset_fn, in_functio
                                    in_function)
     assert got == expected
     assert len(got) == 4 and sorted(sum(sum(got, []), [])) == list(range(23))
-    # Read on the host by a plain tf.data iterator, not TensorFlow's multi-device iterator.
-    iterator = iter(ours)
-    assert type(iterator._iterators[0]._iterator).__name__ == "OwnedIterator"
+    assert checks.reads_directly(ours)
 
 
 def test_fit_with_steps_per_execution_and_partial_batches():
