@@ -131,10 +131,11 @@ def _compile(src: str, obj: str, cflags: list[str]) -> str:
 
 
 def _newest_input(src: str) -> float:
-    # Headers may change without the source changing: depend on every header
+    # Headers (and .inc files) may change without the source changing: depend on every one
     # of the library's folder tree (cheap, and never stale).
     lib_root = src.split(os.sep + "cc" + os.sep)[0].split(os.sep + "core" + os.sep)[0]
-    headers = glob.glob(os.path.join(lib_root, "**", "*.h"), recursive=True)
+    headers = [h for ext in ("h", "inc")
+               for h in glob.glob(os.path.join(lib_root, "**", "*." + ext), recursive=True)]
     return max([os.path.getmtime(src)] + [os.path.getmtime(h) for h in headers])
 
 

@@ -17,6 +17,7 @@ DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64)
 # Loaded on import, so that `import tfx_dist` fails early with an
 # OpLibraryError that says how to rebuild, rather than at the first step.
 _OPS = load_op_library("_fused_reduce_ops")
+settings.get("TFX_CPU_ISA")  # a bad value fails here; the kernel reads the variable itself
 
 
 def fused_reduce(per_device: Sequence[Sequence[tf.Tensor]], reduction: str = "sum",

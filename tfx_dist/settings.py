@@ -44,6 +44,10 @@ SETTINGS = {
         Setting("TFX_FUSION_BUCKET_BYTES", 4 << 20, int,
                 "Bytes per fusion bucket: the fused reductions split a gradient list "
                 "into buckets of about this size and reduce each in one pass."),
+        Setting("TFX_CPU_ISA", "auto", _choice("auto", "baseline"),
+                "Instructions of the CPU reduction kernel (TfxFusedReduce): `auto` uses "
+                "AVX2 where the CPU has it; `baseline` keeps to what the library was built "
+                "for (to compare, or to rule the AVX2 path out). Read once per process."),
         Setting("TFX_JOB_SECRET", "", str,
                 "Secret shared by the processes of one job (tfx-dist-run sets a fresh "
                 "`secrets.token_hex(32)` per job); empty when no launcher set one."),

@@ -85,6 +85,40 @@ def test_large_calls_match_numpy(dtype, reduction, num_devices):
                                    rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
+# Run in a fresh process: the kernel reads TFX_CPU_ISA once.
+_BASELINE_CHECK = """
+import numpy as np, tensorflow as tf
+from tfx_dist import fused_reduce
+rng = np.random.default_rng(3)
+for dtype in (np.float32, np.int64):
+    for devices in (2, 4, 5):
+        # Under and over 8 MiB of results (streaming stores), odd sizes.
+        shapes = [(3,), ((8 << 20) // 4 + 1001,), (100003,)]
+        xs = [[rng.integers(-1000, 1000, size=s).astype(dtype) for s in shapes]
+              for _ in range(devices)]
+        for reduction, ref in (("sum", np.sum), ("max", np.max)):
+            got = fused_reduce([[tf.constant(x) for x in d] for d in xs], reduction,
+                               bucket_bytes=(1 << 20) + 12)
+            for k, g in enumerate(got):
+                np.testing.assert_array_equal(g.numpy(), ref(np.stack([d[k] for d in xs]), 0))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", ["baseline", "auto"])
+def test_each_instruction_set_matches_numpy(isa):
+    """The kernel keeps two copies of its passes (AVX2, chosen at run time, and
+    the build's own): whichever TFX_CPU_ISA selects gives numpy's results."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TFX_CPU_ISA=isa, CUDA_VISIBLE_DEVICES="")
+    run = subprocess.run([sys.executable, "-c", _BASELINE_CHECK], env=env, text=True,
+                         capture_output=True, timeout=300)
+    assert run.returncode == 0 and "ok" in run.stdout.split(), run.stderr[-3000:]
+
+
 def test_inputs_survive_in_place_reduction():
     a, b = tf.constant([1.0, 2.0]), tf.constant([10.0, 20.0])
     (out,) = fused_reduce([[a], [b]], "sum")
