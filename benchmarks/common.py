@@ -43,6 +43,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def fused_reduce_isa() -> str:
+    """The instructions TfxFusedReduce's CPU passes use in this process (see `TFX_CPU_ISA`)."""
+    if os.environ.get("TFX_CPU_ISA", "auto").lower() == "baseline":
+        return "baseline (TFX_CPU_ISA=baseline)"
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        flags = []
+    return "AVX2" if "avx2" in flags and platform.machine() == "x86_64" else "baseline"
+
+
 def machine_info() -> dict:
     """Cores, CPU model, memory, load and library versions (TensorFlow's if already imported)."""
     info = {"cores": os.cpu_count(), "cpu": cpu_model(), "machine": platform.machine(),

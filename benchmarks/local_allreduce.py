@@ -268,6 +268,7 @@ def run(args) -> dict:
     probe = common.BandwidthProbe(128 * MIB)
     report = {"machine": common.machine_info(), "quick": args.quick, "inputs": args.inputs,
               "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+              "fused_reduce_isa": common.fused_reduce_isa(),
               "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
               "fusion_bucket_bytes_env": os.environ.get("TFX_FUSION_BUCKET_BYTES"),
               "cpu_allocator": "bfc" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower()
@@ -408,8 +409,9 @@ def markdown(report: dict) -> str:
              f"interleaved with the 64 MiB rounds (best median per probe, GB/s, bytes read + "
              f"written): {probes}. Limit used: **{bw['limit_GBps']:.1f} GB/s** "
              f"(`{bw['limit_probe']}`). TF intra-op threads: {report['intra_op_threads'] or 'default'} "
-             f"(0 = one per core); load average at start {m['loadavg_1m']:.1f} on "
-             f"{m['cores']} cores.", ""]
+             f"(0 = one per core); TfxFusedReduce's CPU passes: "
+             f"{report.get('fused_reduce_isa', 'not recorded')}; load average at start "
+             f"{m['loadavg_1m']:.1f} on {m['cores']} cores.", ""]
     for n, by_list in report["cases"].items():
         for name, case in by_list.items():
             lines += [f"### {n} devices, {name}: {common.fmt_bytes(case['bytes'])}, "
