@@ -86,18 +86,16 @@ namespace avx2 {
 #pragma GCC pop_options
 #endif
 
+#if defined(TFX_HAVE_AVX2_PASSES)
 // AVX2 where the CPU has it, unless TFX_CPU_ISA=baseline (tfx_dist/settings.py).
 bool UseAvx2Passes() {
-#if defined(TFX_HAVE_AVX2_PASSES)
   static const bool use = [] {
     const char* isa = std::getenv("TFX_CPU_ISA");
     return __builtin_cpu_supports("avx2") && !(isa != nullptr && strcasecmp(isa, "baseline") == 0);
   }();
   return use;
-#else
-  return false;
-#endif
 }
+#endif
 
 template <typename Op, typename T>
 void ReduceWith(const T* const* in, int n, T* out, int64_t count, bool streaming) {
