@@ -45,7 +45,9 @@ def cpu_model() -> str:
 
 def fused_reduce_isa() -> str:
     """The instructions TfxFusedReduce's CPU passes use in this process (see `TFX_CPU_ISA`)."""
-    if os.environ.get("TFX_CPU_ISA", "auto").lower() == "baseline":
+    from tfx_dist import settings
+
+    if settings.get("TFX_CPU_ISA") == "baseline":
         return "baseline (TFX_CPU_ISA=baseline)"
     try:
         with open("/proc/cpuinfo") as f:

@@ -61,14 +61,12 @@ def wanted(worker_devices, options, host=None) -> bool:
         and not options.experimental_place_dataset_on_device)
 
 
-def adopt(distributed, options) -> bool:
+def adopt(distributed, options) -> None:
     """Makes `distributed` (not yet iterated) read directly if every input worker wants to."""
     workers = distributed._input_workers  # pylint: disable=protected-access
-    if not all(wanted(workers.compute_devices_for_worker(i), options, host)
-               for i, host in enumerate(workers.worker_devices)):
-        return False
-    read_directly(distributed, options)
-    return True
+    if all(wanted(workers.compute_devices_for_worker(i), options, host)
+           for i, host in enumerate(workers.worker_devices)):
+        read_directly(distributed, options)
 
 
 def read_directly(distributed, options) -> None:

@@ -1,5 +1,9 @@
 """TfxFusedReduce against numpy: every dtype, reduction, device count and odd size."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -86,7 +90,7 @@ def test_large_calls_match_numpy(dtype, reduction, num_devices):
 
 
 # Run in a fresh process: the kernel reads TFX_CPU_ISA once.
-_BASELINE_CHECK = """
+_MATCHES_NUMPY = """
 import numpy as np, tensorflow as tf
 from tfx_dist import fused_reduce
 rng = np.random.default_rng(3)
@@ -109,12 +113,8 @@ print("ok")
 def test_each_instruction_set_matches_numpy(isa):
     """The kernel keeps two copies of its passes (AVX2, chosen at run time, and
     the build's own): whichever TFX_CPU_ISA selects gives numpy's results."""
-    import os
-    import subprocess
-    import sys
-
     env = dict(os.environ, TFX_CPU_ISA=isa, CUDA_VISIBLE_DEVICES="")
-    run = subprocess.run([sys.executable, "-c", _BASELINE_CHECK], env=env, text=True,
+    run = subprocess.run([sys.executable, "-c", _MATCHES_NUMPY], env=env, text=True,
                          capture_output=True, timeout=300)
     assert run.returncode == 0 and "ok" in run.stdout.split(), run.stderr[-3000:]
 
