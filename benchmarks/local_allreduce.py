@@ -17,7 +17,9 @@ biases, float32), 4 MiB and 64 MiB lists of 100 float32 tensors, over 2 and 4
 logical CPU devices. The machine's memory bandwidth is probed with numpy in
 the same rounds (see `common.BandwidthProbe`); the bound for one reduction of
 S bytes over N devices is (N + 1) * S bytes (N inputs read, 1 output written)
-at that bandwidth.
+at that bandwidth. For the largest list, plain C loops over numpy arrays of
+the same sizes (``native_loops.py``) show what the memory system allows with
+no TensorFlow at all: reading the inputs once, and the same one-pass sum.
 
     python benchmarks/local_allreduce.py            # full
     python benchmarks/local_allreduce.py --quick    # smoke run
@@ -150,6 +152,11 @@ def make_step(tf, cross_device_ops, num_devices: int, num_tensors: int, variable
 
 
 DIRECT = "direct op (no CrossDeviceOps)"
+# Plain C loops over numpy arrays of the same sizes (benchmarks/native_loops.py):
+# what the memory system allows, with no TensorFlow around it. Timed whole.
+C_READ = "C loop: read the N inputs once, nothing else"
+C_SUM = "C loop: the same sum in one pass, streaming stores"
+C_LOOPS = (C_READ, C_SUM)
 # The direct op's own baseline: its function reads one device's results, not every device's.
 DIRECT_BASELINE = "baseline for the direct op (identity, device 0 only)"
 
@@ -195,6 +202,25 @@ def check(tf, name, outputs, num_devices, shapes):
         assert len(outputs) == num_devices * len(shapes), (name, len(outputs))
 
 
+def native_loop_calls(tf, num_devices: int, num_elements: int) -> dict:
+    """The C loops on N float32 arrays of `num_elements`, on as many threads as
+    TensorFlow's intra-op pool; none where no C compiler is found."""
+    import numpy as np
+    from native_loops import NativeLoops
+
+    loops = NativeLoops.load()
+    if loops is None:
+        print("no C compiler found: the C-loop rows are left out", flush=True)
+        return {}
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count() or 1
+    arrays = [np.full(num_elements, d + 1, np.float32) for d in range(num_devices)]
+    out = np.empty(num_elements, np.float32)
+    loops.sum_stream(arrays, out, threads)
+    assert out[0] == out[-1] == num_devices * (num_devices + 1) / 2, out[[0, -1]]
+    return {C_READ: lambda: loops.read_once(arrays, threads),
+            C_SUM: lambda: loops.sum_stream(arrays, out, threads)}
+
+
 def time_case(tf, systems, shapes, devices, rounds, inner, probe=None, direct=False,
               inputs_mode="vars"):
     """Seconds per call of every system on one list over `devices`, interleaved."""
@@ -222,6 +248,8 @@ def time_case(tf, systems, shapes, devices, rounds, inner, probe=None, direct=Fa
         calls[DIRECT_BASELINE] = lambda: dbase(*flat)
         check(tf, "direct", make_direct_step(tf, n, len(shapes), devices[0], variables)(*flat), n,
               shapes)
+    if probe is not None:
+        calls.update(native_loop_calls(tf, n, nbytes_of(shapes) // 4))  # float32
     moved = {}
     if probe is not None:
         for name, (fn, nbytes) in probe.callables().items():
@@ -244,11 +272,15 @@ def summarize(times: dict, nbytes: int, n: int, limit_gbps: float) -> dict:
         # The direct op hands results to one device: it is measured against its own baseline.
         own_base = common.median(times[DIRECT_BASELINE]) if (
             name == DIRECT and DIRECT_BASELINE in times) else base
+        if name in C_LOOPS:
+            own_base = 0.0
         over = max(med - own_base, 1e-9)
         is_base = name.startswith("baseline")
         rows[name] = {"median_ms": med * 1e3, "q1_ms": q1 * 1e3, "q3_ms": q3 * 1e3,
                       "over_baseline_ms": (med - own_base) * 1e3, "calls": len(t),
-                      "GBps": traffic / over / 1e9 if not is_base else None,
+                      # The read-only loop moves the N inputs only.
+                      "GBps": (n * nbytes if name == C_READ else traffic) / over / 1e9
+                      if not is_base else None,
                       "x_bound": over / bound_s if not is_base else None}
     tf_best = min((s for s in TF_SYSTEMS if s in rows), key=lambda s: rows[s]["over_baseline_ms"])
     for name, r in rows.items():
@@ -346,7 +378,9 @@ def targets(report: dict, big: str) -> dict:
             "ok": r["tf_best_over_this"] >= 1.5, "speedup": r["tf_best_over_this"]}
         out["4dev_64MiB_within_1.5x_of_bandwidth_bound"] = {
             "ok": r["x_bound"] <= 1.5, "x_bound": r["x_bound"], "bound_ms": case["bound_ms"],
-            "ours_over_baseline_ms": r["over_baseline_ms"]}
+            "ours_over_baseline_ms": r["over_baseline_ms"],
+            **{key: case["systems"][name]["median_ms"] for key, name in
+               (("c_sum_ms", C_SUM), ("c_read_ms", C_READ)) if name in case["systems"]}}
     return out
 
 
@@ -402,7 +436,13 @@ def markdown(report: dict) -> str:
              "*over baseline* subtracts it. The *direct op* row hands its results to device 0 "
              "only, so its function reads N times fewer outputs: it is measured over its own "
              "baseline (identities of device 0's values), not the common one. "
-             "*traffic* = (N + 1) x list bytes (N inputs read, 1 output written); "
+             "The *C loop* rows (largest list only) run plain C loops "
+             "(`benchmarks/native/stream_loops.c`, on as many threads as TF's intra-op pool) over "
+             "numpy arrays of the same sizes, timed whole: reading the N inputs once and "
+             "nothing else (no reduction can take less), and the same sum in one pass with "
+             "streaming stores, as our kernel does it. "
+             "*traffic* = (N + 1) x list bytes (N inputs read, 1 output written; N x for the "
+             "read-only loop); "
              "*GB/s* = traffic / over-baseline time; *time / bandwidth bound* = over-baseline time "
              "/ (traffic / memory bandwidth).", "",
              f"Memory bandwidth measured in the same run with numpy on 128 MiB float32 arrays, "
@@ -432,7 +472,10 @@ def markdown(report: dict) -> str:
                          f"{common.met(s['ok'])} ({s['speedup']:.2f}x)")
             lines.append(f"- 4 devices, 64 MiB, within 1.5x of the memory-bandwidth bound: "
                          f"{common.met(b['ok'])} ({b['ours_over_baseline_ms']:.2f} ms over baseline "
-                         f"vs bound {b['bound_ms']:.2f} ms = {b['x_bound']:.2f}x)")
+                         f"vs bound {b['bound_ms']:.2f} ms = {b['x_bound']:.2f}x)"
+                         + (f"; with no TensorFlow at all, the same sum as a plain C loop took "
+                            f"{b['c_sum_ms']:.2f} ms and reading the inputs alone "
+                            f"{b['c_read_ms']:.2f} ms" if "c_sum_ms" in b else ""))
         lines.append("")
     for title, case in report["diagnostics"].items():
         lines += [f"### Diagnostics ({title}; intra-op threads "

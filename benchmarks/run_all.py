@@ -116,7 +116,10 @@ def targets_summary(runs: dict) -> list[str]:
                          f"{common.met(s['ok'])} | {s['speedup']:.2f}x |")
             lines.append(f"| local all-reduce, 4 devices, 64 MiB: within 1.5x of the memory-bandwidth "
                          f"bound | {common.met(b['ok'])} | {b['ours_over_baseline_ms']:.2f} ms vs "
-                         f"{b['bound_ms']:.2f} ms bound ({b['x_bound']:.2f}x) |")
+                         f"{b['bound_ms']:.2f} ms bound ({b['x_bound']:.2f}x)"
+                         + (f"; a plain C loop: {b['c_sum_ms']:.2f} ms for the same sum, "
+                            f"{b['c_read_ms']:.2f} ms to read the inputs alone"
+                            if "c_sum_ms" in b else "") + " |")
     for name, what in (("local_allreduce_1thread", "1 TF intra-op thread"),
                        ("local_allreduce_bfc", "TF's BFC (caching) CPU allocator")):
         diag = (runs.get(name, {}).get("result") or {}).get("diagnostics", {})
