@@ -31,6 +31,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)  # tfx_dist from this checkout, installed or not (workers too)
 RESULT_TAG = "MWFIT_RESULT "
 PER_WORKER_BATCH = 64
 TARGET_2X = 1.7
