@@ -123,7 +123,10 @@ def targets_summary(runs: dict) -> list[str]:
                          f"{b['bound_ms']:.2f} ms bound ({b['x_bound']:.2f}x)"
                          + (f"; a plain C loop: {b['c_sum_ms']:.2f} ms for the same sum, "
                             f"{b['c_read_ms']:.2f} ms to read the inputs alone"
-                            if "c_sum_ms" in b else "") + " |")
+                            if "c_sum_ms" in b else "")
+                         + (f"; against the bandwidth of the case's own rounds: "
+                            f"{b['ours_over_baseline_ms'] / b['rounds_bound_ms']:.2f}x"
+                            if "rounds_bound_ms" in b else "") + " |")
     for name, what in (("local_allreduce_1thread", "1 TF intra-op thread"),
                        ("local_allreduce_bfc", "TF's BFC (caching) CPU allocator")):
         diag = (runs.get(name, {}).get("result") or {}).get("diagnostics", {})
