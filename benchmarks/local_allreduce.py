@@ -248,10 +248,9 @@ def time_case(tf, systems, shapes, devices, rounds, inner, probe=None, direct=Fa
         calls[DIRECT_BASELINE] = lambda: dbase(*flat)
         check(tf, "direct", make_direct_step(tf, n, len(shapes), devices[0], variables)(*flat), n,
               shapes)
-    if probe is not None:
-        calls.update(native_loop_calls(tf, n, nbytes_of(shapes) // 4))  # float32
     moved = {}
     if probe is not None:
+        calls.update(native_loop_calls(tf, n, nbytes_of(shapes) // 4))  # float32
         for name, (fn, nbytes) in probe.callables().items():
             calls["bw " + name] = fn
             moved["bw " + name] = nbytes
@@ -261,7 +260,10 @@ def time_case(tf, systems, shapes, devices, rounds, inner, probe=None, direct=Fa
     return {name: t for name, t in times.items() if name not in moved}, bw
 
 
-def summarize(times: dict, nbytes: int, n: int, limit_gbps: float) -> dict:
+def summarize(times: dict, nbytes: int, n: int, limit_gbps: float,
+              rounds_gbps: float | None = None) -> dict:
+    """Medians, ratios and the bound at `limit_gbps`; with `rounds_gbps` (the best
+    bandwidth seen in this case's own rounds), the bound at that too."""
     base = common.median(times["baseline"])
     traffic = (n + 1) * nbytes
     bound_s = traffic / (limit_gbps * 1e9)
@@ -269,11 +271,13 @@ def summarize(times: dict, nbytes: int, n: int, limit_gbps: float) -> dict:
     for name, t in times.items():
         med = common.median(t)
         q1, q3 = common.spread(t)
-        # The direct op hands results to one device: it is measured against its own baseline.
-        own_base = common.median(times[DIRECT_BASELINE]) if (
-            name == DIRECT and DIRECT_BASELINE in times) else base
-        if name in C_LOOPS:
+        if name in C_LOOPS:  # timed whole
             own_base = 0.0
+        elif name == DIRECT and DIRECT_BASELINE in times:
+            # The direct op hands results to one device: it is measured against its own baseline.
+            own_base = common.median(times[DIRECT_BASELINE])
+        else:
+            own_base = base
         over = max(med - own_base, 1e-9)
         is_base = name.startswith("baseline")
         rows[name] = {"median_ms": med * 1e3, "q1_ms": q1 * 1e3, "q3_ms": q3 * 1e3,
@@ -287,8 +291,12 @@ def summarize(times: dict, nbytes: int, n: int, limit_gbps: float) -> dict:
         if not name.startswith("baseline"):
             r["tf_best_over_this"] = rows[tf_best]["over_baseline_ms"] / max(
                 r["over_baseline_ms"], 1e-6)
-    return {"bytes": nbytes, "traffic_bytes": traffic, "bound_ms": bound_s * 1e3,
+    case = {"bytes": nbytes, "traffic_bytes": traffic, "bound_ms": bound_s * 1e3,
             "tf_best": tf_best, "systems": rows}
+    if rounds_gbps:
+        case["rounds_limit_GBps"] = rounds_gbps
+        case["rounds_bound_ms"] = traffic / (rounds_gbps * 1e9) * 1e3
+    return case
 
 
 def run(args) -> dict:
@@ -347,10 +355,7 @@ def run(args) -> dict:
     limit = report["bandwidth"]["limit_GBps"]
     for key, (times, nbytes, bw) in raw.items():
         n = key[1] if key[0] == "diag" else key[0]
-        case = summarize(times, nbytes, n, limit)
-        if bw:  # the bound again, at the best bandwidth seen in this case's own rounds
-            case["rounds_limit_GBps"] = max(bw.values())
-            case["rounds_bound_ms"] = case["traffic_bytes"] / (case["rounds_limit_GBps"] * 1e9) * 1e3
+        case = summarize(times, nbytes, n, limit, max(bw.values()) if bw else None)
         if key[0] == "diag":
             report["diagnostics"][f"{key[1]} devices, {key[2]}"] = case
         else:

@@ -25,8 +25,9 @@ typedef struct {
   float sink; /* keeps the reads from being optimized away */
 } Part;
 
-/* Four accumulators per step: the adds never wait on each other, so the loop
- * is limited by memory, not by the latency of one chain of adds. */
+/* 32 independent accumulators (four 8-float vectors under AVX): the adds never
+ * wait on each other, so the loop is limited by memory, not by the latency of
+ * one chain of adds. */
 static void ReadPart(Part* p) {
   float acc[32] = {0};
   int64_t i = p->begin;
@@ -57,24 +58,26 @@ typedef __m128 Vec;
 #define VSTREAM _mm_stream_ps
 #endif
 
-static void SumPart(Part* p) {
-  int64_t i = p->begin;
-  /* Plain stores up to the first aligned output lane, then streaming stores. */
-  for (; i < p->end && ((uintptr_t)(p->out + i) % (LANE * 4)) != 0; ++i) {
+/* out[i] for i in [from, to), one element at a time with plain stores. */
+static void SumScalar(Part* p, int64_t from, int64_t to) {
+  for (int64_t i = from; i < to; ++i) {
     float v = 0;
     for (int s = 0; s < p->k; ++s) v += p->x[s][i];
     p->out[i] = v;
   }
+}
+
+static void SumPart(Part* p) {
+  /* Plain stores up to the first aligned output lane, then streaming stores. */
+  int64_t i = p->begin;
+  while (i < p->end && ((uintptr_t)(p->out + i) % (LANE * 4)) != 0) ++i;
+  SumScalar(p, p->begin, i);
   for (; i + LANE <= p->end; i += LANE) {
     Vec v = VLOAD(p->x[0] + i);
     for (int s = 1; s < p->k; ++s) v = VADD(v, VLOAD(p->x[s] + i));
     VSTREAM(p->out + i, v);
   }
-  for (; i < p->end; ++i) {
-    float v = 0;
-    for (int s = 0; s < p->k; ++s) v += p->x[s][i];
-    p->out[i] = v;
-  }
+  SumScalar(p, i, p->end);
   _mm_sfence();
 }
 
