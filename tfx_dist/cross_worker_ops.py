@@ -38,7 +38,7 @@ import weakref
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.cross_device_ops import FusedAllReduce, reduction_name
+from tfx_dist.cross_device_ops import FusedAllReduce, merge_duplicate_rows, reduction_name
 
 _SUM = tf.distribute.ReduceOp.SUM
 
@@ -254,7 +254,7 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
     def _cross_gather_slices(self, slices: tf.IndexedSlices) -> tf.IndexedSlices:
         rows = self._cross_all_gather(slices.values)
         indices = self._cross_all_gather(tf.cast(slices.indices, tf.int64))
-        return tf.IndexedSlices(rows, indices, slices.dense_shape)
+        return merge_duplicate_rows(tf.IndexedSlices(rows, indices, slices.dense_shape))
 
     def _to_destinations(self, value, destinations):
         return tfc.cross_device_ops_lib.simple_broadcast(
