@@ -29,7 +29,13 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+# Subpackages that import TensorFlow, loaded on first use too.
+_SUBPACKAGES = ("layers",)
+
+
 def __getattr__(name):
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"tfx_dist.{name}")
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value  # later look-ups skip this function

@@ -1,0 +1,134 @@
+"""`tfx_dist.layers.ShardedEmbedding`: an embedding layer whose table may live elsewhere.
+
+Under a tfx_dist strategy with parameter servers the table's rows live on the
+servers, sharded by row; with no such strategy the layer keeps a local table,
+so the same model runs on a laptop. Either way the layer does the same work
+around the table: it flattens dense, ragged or sparse ids, deduplicates them
+(one row fetched, and one gradient row pushed, per distinct id), and combines
+multi-hot rows with ``sum``, ``mean`` or ``sqrtn``. Where the rows come from is
+the job of a *table* object (`tfx_dist.layers.embedding_tables`), chosen when
+the layer is built.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from tfx_dist.layers import embedding_tables
+
+_COMBINERS = (None, "sum", "mean", "sqrtn")
+
+
+class ShardedEmbedding(keras.layers.Layer):
+    """Maps integer ids to dense vectors, from a table that may be sharded.
+
+    A drop-in for `keras.layers.Embedding` in recommender models: with
+    ``combiner=None`` it maps ids of any shape ``S`` to vectors of shape
+    ``S + (output_dim,)``. With a combiner, each example's ids (the last
+    axis of a dense batch, a row of a `tf.RaggedTensor`, or a row of a 2-D
+    `tf.SparseTensor`) are combined into one vector of shape
+    ``(batch, output_dim)``: ``"sum"``, ``"mean"`` (sum / count) or
+    ``"sqrtn"`` (sum / sqrt(count)); an example with no ids gets zeros.
+
+    Example:
+    ```python
+    ids = keras.Input((5,), dtype="int64")            # 5 categories per example
+    x = tfx_dist.layers.ShardedEmbedding(1_000_000, 32, combiner="mean")(ids)
+    ```
+
+    Args:
+      input_dim: number of rows: ids must lie in ``[0, input_dim)``.
+        ``None`` makes a dynamic table (any int64 id, rows created on first
+        lookup), which needs parameter servers.
+      output_dim: length of each row.
+      combiner: ``None``, ``"sum"``, ``"mean"`` or ``"sqrtn"``.
+      embeddings_initializer: initializer of the rows (a local table uses
+        Keras's; parameter servers use a deterministic function of the row
+        id with the same distribution).
+      **kwargs: the usual Keras layer arguments (``name``, ``dtype``...).
+
+    Raises:
+      ValueError: bad arguments, or a dynamic table with no parameter servers.
+    """
+
+    def __init__(self, input_dim: int | None, output_dim: int, combiner: str | None = None,
+                 embeddings_initializer="uniform", **kwargs):
+        super().__init__(**kwargs)
+        if input_dim is not None and (not isinstance(input_dim, int) or input_dim < 1):
+            raise ValueError(f"Expected `input_dim` to be a positive int or None. Received: "
+                             f"input_dim={input_dim!r}")
+        if not isinstance(output_dim, int) or output_dim < 1:
+            raise ValueError(f"Expected `output_dim` to be a positive int. Received: "
+                             f"output_dim={output_dim!r}")
+        if combiner not in _COMBINERS:
+            raise ValueError(f"Expected `combiner` to be one of {_COMBINERS}. Received: "
+                             f"combiner={combiner!r}")
+        self.input_dim = input_dim
+        self.output_dim = output_dim
+        self.combiner = combiner
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.table = None
+
+    def build(self, input_shape=None):
+        self.table = embedding_tables.create(self)
+        self.built = True
+
+    def call(self, inputs):
+        flat_ids, segments, num_segments, id_shape = _flatten(inputs, self.combiner)
+        unique_ids, position = tf.unique(flat_ids)
+        rows = tf.gather(self.table.lookup(unique_ids), position)
+        if self.combiner is None:
+            return tf.reshape(rows, tf.concat([id_shape, [self.output_dim]], axis=0))
+        return _combine(rows, segments, num_segments, self.combiner)
+
+    def compute_output_shape(self, input_shape):
+        if self.combiner is None:
+            return tuple(input_shape) + (self.output_dim,)
+        return (input_shape[0], self.output_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(input_dim=self.input_dim, output_dim=self.output_dim, combiner=self.combiner,
+                      embeddings_initializer=keras.initializers.serialize(
+                          self.embeddings_initializer))
+        return config
+
+
+def _flatten(inputs, combiner):
+    """(flat int64 ids, example of each id, number of examples, shape of the ids)."""
+    if isinstance(inputs, tf.SparseTensor):
+        if combiner is None:
+            raise ValueError("ShardedEmbedding needs a `combiner` for tf.SparseTensor ids.")
+        return (tf.cast(inputs.values, tf.int64), inputs.indices[:, 0], inputs.dense_shape[0],
+                None)
+    if isinstance(inputs, tf.RaggedTensor):
+        if combiner is None:
+            raise ValueError("ShardedEmbedding needs a `combiner` for tf.RaggedTensor ids.")
+        if inputs.ragged_rank != 1:
+            raise ValueError(f"Expected ragged ids of shape (batch, None). Received: ragged_rank="
+                             f"{inputs.ragged_rank}")
+        return (tf.cast(inputs.flat_values, tf.int64), inputs.value_rowids(), inputs.nrows(),
+                None)
+    ids = tf.convert_to_tensor(inputs)
+    if not ids.dtype.is_integer:
+        raise TypeError(f"ShardedEmbedding expects integer ids. Received: dtype={ids.dtype.name}")
+    ids = tf.cast(ids, tf.int64)
+    id_shape = tf.shape(ids, out_type=tf.int64)
+    flat = tf.reshape(ids, [-1])
+    if combiner is None:
+        return flat, None, None, id_shape
+    per_example = id_shape[-1]
+    num_examples = tf.size(flat, out_type=tf.int64) // tf.maximum(per_example, 1)
+    segments = tf.range(tf.size(flat, out_type=tf.int64)) // tf.maximum(per_example, 1)
+    return flat, segments, num_examples, id_shape
+
+
+def _combine(rows, segments, num_segments, combiner):
+    total = tf.math.unsorted_segment_sum(rows, segments, num_segments)
+    if combiner == "sum":
+        return total
+    count = tf.math.unsorted_segment_sum(tf.ones_like(segments, rows.dtype), segments,
+                                         num_segments)
+    scale = count if combiner == "mean" else tf.sqrt(count)
+    return total / tf.maximum(scale, 1.0)[:, None]
