@@ -1,0 +1,227 @@
+#include "custom_ops/comm/core/service/server.h"
+
+#include <cstring>
+#include <thread>
+
+#include "custom_ops/comm/core/service/frame_io.h"
+
+namespace tfx::comm::service {
+namespace {
+
+std::string Seconds(double s) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+// How a frame cut off ended, for "sent a truncated frame (...), then <this>".
+std::string Ending(const Status& st) {
+  return st.code() == Code::kConnectionClosed ? "closed the connection" : st.message();
+}
+
+}  // namespace
+
+char* Reply::Allocate(size_t n) {
+  if (!buf_ || n > capacity_) {
+    buf_.reset(new char[sizeof(FrameHeader) + n]);
+    capacity_ = n;
+  }
+  size_ = n;
+  return buf_.get() + sizeof(FrameHeader);
+}
+
+void Reply::Assign(const char* data, size_t n) {
+  char* dst = Allocate(n);
+  if (n > 0) std::memcpy(dst, data, n);
+}
+
+struct Server::ClientState {
+  // Held while a reply or the ABORT frame is written, so the two never interleave.
+  std::timed_mutex send_mu;
+  bool finished = false;  // guarded by Server::mu_
+};
+
+Server::Server(std::vector<std::unique_ptr<Pair>> pairs, const ServerOptions& options)
+    : options_(options), pairs_(std::move(pairs)) {
+  for (size_t i = 0; i < pairs_.size(); ++i) clients_.emplace_back(new ClientState);
+}
+
+Server::~Server() {
+  for (auto& p : pairs_) p->Shutdown();
+}
+
+Status Server::Create(const std::vector<int>& fds, const std::vector<bool>& same_host,
+                      const ServerOptions& options, std::unique_ptr<Server>* out) {
+  std::vector<std::string> who;
+  for (size_t i = 0; i < fds.size(); ++i) who.push_back(Describe("client", static_cast<int>(i), options.client_labels));
+  std::vector<std::unique_ptr<Pair>> pairs;
+  TFX_RETURN_IF_ERROR(ConnectPairs(fds, same_host, options.use_shm, who, Deadline(options.timeout_s), &pairs)
+                          .WithPrefix("tfx_dist service server: "));
+  out->reset(new Server(std::move(pairs), options));
+  return Status::Ok();
+}
+
+std::string Server::Who(int client) const { return Describe("client", client, options_.client_labels); }
+
+void Server::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_requested_ = true;
+  cv_.notify_all();
+}
+
+Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* why) {
+  Pair* pair = pairs_[client].get();
+  ClientState& state = *clients_[client];
+  const std::string who = Who(client);
+  std::unique_ptr<char[]> payload;
+  size_t capacity = 0;
+  Reply reply;
+  auto failed = [&](Outcome outcome, Code code, const std::string& message) {
+    if (aborting_) return Outcome::kAborted;
+    *why = Status(code, "tfx_dist service: " + message);
+    return outcome;
+  };
+  for (uint64_t served = 0;; ++served) {
+    FrameHeader h;
+    size_t got = 0;
+    Status st = RecvBytes(pair, reinterpret_cast<char*>(&h), sizeof(h), Deadline(options_.timeout_s), &got);
+    if (!st.ok()) {
+      if (st.code() == Code::kTimeout)
+        return failed(Outcome::kLost, Code::kTimeout,
+                      (got == 0 ? "no request from " + who : who + " stalled inside a frame header") +
+                          " for " + Seconds(options_.timeout_s) + " s (stuck or stopped process?)");
+      if (got > 0)
+        return failed(Outcome::kDropped, Code::kProtocol,
+                      who + " sent a truncated frame (" + std::to_string(got) + " of " +
+                          std::to_string(sizeof(h)) + " header bytes), then " + Ending(st));
+      if (st.code() == Code::kConnectionClosed)
+        return failed(Outcome::kLost, Code::kConnectionClosed,
+                      who + " closed its connection without GOODBYE after " + std::to_string(served) +
+                          " request(s) (the process exited or crashed)");
+      return failed(Outcome::kLost, st.code(), who + ": " + st.message());
+    }
+    std::string garbage = CheckHeader(h, options_.max_frame_bytes);
+    if (garbage.empty() && h.kind >= kFirstReservedKind && h.kind != kGoodbye)
+      garbage = "a frame of reserved kind " + std::to_string(h.kind);
+    if (garbage.empty() && h.kind == kGoodbye && h.payload_bytes != 0) garbage = "a GOODBYE with a payload";
+    if (!garbage.empty())
+      return failed(Outcome::kDropped, Code::kProtocol, who + " sent " + garbage + "; its connection is dropped");
+    if (h.kind == kGoodbye) return Outcome::kGoodbye;
+
+    const size_t len = h.payload_bytes;
+    if (len > capacity) {
+      payload.reset(new char[len]);
+      capacity = len;
+    }
+    st = RecvBytes(pair, payload.get(), len, Deadline(options_.timeout_s), &got);
+    if (!st.ok()) {
+      if (st.code() == Code::kTimeout)
+        return failed(Outcome::kLost, Code::kTimeout,
+                      who + " stalled inside a frame (" + std::to_string(got) + " of " + std::to_string(len) +
+                          " payload bytes in " + Seconds(options_.timeout_s) + " s)");
+      return failed(Outcome::kDropped, Code::kProtocol,
+                    who + " sent a truncated frame (" + std::to_string(got) + " of " + std::to_string(len) +
+                        " payload bytes), then " + Ending(st));
+    }
+
+    reply.Assign(nullptr, 0);
+    Status result;
+    try {
+      result = handler(client, h.kind, payload.get(), len, &reply);
+    } catch (const std::exception& e) {
+      result = Status(Code::kInternal, std::string("the request handler threw: ") + e.what());
+    }
+    if (!result.ok()) reply.Assign(result.message().data(), result.message().size());
+    FrameHeader r;
+    r.kind = h.kind;
+    r.request_id = h.request_id;
+    r.status = static_cast<int32_t>(result.code());
+    r.payload_bytes = reply.size();
+    std::memcpy(reply.frame(), &r, sizeof(r));
+    {
+      std::lock_guard<std::timed_mutex> lock(state.send_mu);
+      if (aborting_) return Outcome::kAborted;  // the ABORT frame went (or goes) instead
+      st = SendBytes(pair, reply.frame(), sizeof(r) + reply.size(), Deadline(options_.timeout_s));
+    }
+    if (!st.ok())
+      return failed(Outcome::kLost, st.code(),
+                    "sending the reply to request " + std::to_string(h.request_id) + " of " + who +
+                        " failed: " + st.message());
+  }
+}
+
+void Server::Abort(const Status& why) {
+  aborting_ = true;
+  FrameHeader h;
+  h.kind = kAbort;
+  h.status = static_cast<int32_t>(why.code());
+  h.payload_bytes = why.message().size();
+  const double grace = std::min(1.0, options_.timeout_s);
+  for (size_t i = 0; i < pairs_.size(); ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (clients_[i]->finished) continue;
+    }
+    // Best effort: a client that does not read within the grace period is
+    // shut down without being told.
+    std::unique_lock<std::timed_mutex> send(clients_[i]->send_mu, std::defer_lock);
+    if (send.try_lock_for(std::chrono::duration<double>(grace)))
+      SendFrame(pairs_[i].get(), h, why.message().data(), Deadline(grace));
+    pairs_[i]->Shutdown();
+  }
+}
+
+Status Server::Serve(const Handler& handler, const LostCallback& on_lost) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (serving_) return Status(Code::kInvalidArgument, "tfx_dist service: Serve called twice");
+    serving_ = true;
+  }
+  const int n = num_clients();
+  int active = n;
+  Status fatal;
+  std::vector<Status> dropped;
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      Status why;
+      const Outcome outcome = ServeClient(i, handler, &why);
+      if (outcome == Outcome::kDropped || (outcome == Outcome::kLost && !options_.abort_on_client_loss))
+        pairs_[i]->Shutdown();
+      if ((outcome == Outcome::kDropped || outcome == Outcome::kLost) && on_lost) on_lost(i, why);
+      std::lock_guard<std::mutex> lock(mu_);
+      clients_[i]->finished = true;
+      --active;
+      if (outcome == Outcome::kLost && options_.abort_on_client_loss) {
+        if (fatal.ok()) fatal = why;
+      } else if (outcome == Outcome::kDropped || outcome == Outcome::kLost) {
+        dropped.push_back(why);
+      }
+      cv_.notify_all();
+    });
+  }
+  bool stopped = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return active == 0 || !fatal.ok() || stop_requested_; });
+    stopped = stop_requested_ && fatal.ok() && active > 0;
+  }
+  Status result;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    result = fatal;
+  }
+  if (stopped) result = Status(Code::kAborted, "tfx_dist service: the server was stopped (Stop())");
+  if (!result.ok()) Abort(result);
+  for (auto& t : threads) t.join();
+  if (result.ok() && !dropped.empty()) {
+    std::string msg = "tfx_dist service: " + std::to_string(dropped.size()) + " of " + std::to_string(n) +
+                      " client(s) were dropped, the others finished: ";
+    for (size_t i = 0; i < dropped.size(); ++i) msg += (i ? "; " : "") + dropped[i].message();
+    result = Status(dropped[0].code(), msg);
+  }
+  return result;
+}
+
+}  // namespace tfx::comm::service

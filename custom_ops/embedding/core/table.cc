@@ -1,0 +1,292 @@
+#include "custom_ops/embedding/core/table.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "custom_ops/embedding/core/hash.h"
+
+namespace tfx::embedding {
+namespace {
+
+Status ValidateConfig(const TableConfig& c) {
+  if (c.dim <= 0) return InvalidArgument("dim must be > 0, got " + std::to_string(c.dim));
+  if (c.num_rows < 0)
+    return InvalidArgument("num_rows must be > 0 (fixed) or 0 (dynamic), got " + std::to_string(c.num_rows));
+  if (c.num_shards < 1 || c.shard_index < 0 || c.shard_index >= c.num_shards)
+    return InvalidArgument("want 0 <= shard_index < num_shards, got shard " + std::to_string(c.shard_index) +
+                           " of " + std::to_string(c.num_shards));
+  TFX_EMB_RETURN_IF_ERROR(ValidateInitializer(c.initializer));
+  return ValidateOptimizer(c.optimizer);
+}
+
+std::string Describe(const TableConfig& c) {
+  return "table '" + c.name + "' (id " + std::to_string(c.table_id) + ", shard " +
+         std::to_string(c.shard_index) + " of " + std::to_string(c.num_shards) + ")";
+}
+
+}  // namespace
+
+int32_t ShardOf(int64_t id, int32_t num_shards, bool dynamic) {
+  if (dynamic) return static_cast<int32_t>(SplitMix64(static_cast<uint64_t>(id)) % static_cast<uint64_t>(num_shards));
+  return static_cast<int32_t>(id % num_shards);
+}
+
+Status TableShard::Create(const TableConfig& config, std::unique_ptr<TableShard>* out) {
+  Status st = ValidateConfig(config);
+  if (!st.ok()) return st.WithPrefix(Describe(config) + ": ");
+  out->reset(new TableShard(config));
+  return Status::Ok();
+}
+
+TableShard::TableShard(const TableConfig& config)
+    : config_(config),
+      table_key_(TableKey(config.seed, config.table_id, config.name)),
+      num_slots_(NumSlots(config.optimizer)),
+      record_floats_(config.dim * (1 + NumSlots(config.optimizer))),
+      description_(Describe(config)) {
+  if (!config_.dynamic()) {
+    const int64_t rows = NumRows();
+    blocks_ = std::vector<std::atomic<float*>>((rows + kBlockRows - 1) / kBlockRows);
+    for (auto& b : blocks_) b.store(nullptr, std::memory_order_relaxed);
+  }
+}
+
+TableShard::~TableShard() { Clear(); }
+
+void TableShard::Clear() {
+  for (auto& b : blocks_) delete[] b.exchange(nullptr);
+  num_blocks_allocated_ = 0;
+  slot_of_.clear();
+  id_of_slot_.clear();
+  chunks_.clear();
+}
+
+int64_t TableShard::NumRows() const {
+  if (config_.dynamic()) {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    return static_cast<int64_t>(id_of_slot_.size());
+  }
+  const int64_t s = config_.shard_index, S = config_.num_shards;
+  return s < config_.num_rows ? (config_.num_rows - s + S - 1) / S : 0;
+}
+
+int64_t TableShard::NumStoredRows() const {
+  if (config_.dynamic()) return NumRows();
+  return std::min(NumRows(), num_blocks_allocated_.load() * kBlockRows);
+}
+
+void TableShard::InitialRecord(int64_t id, float* record) const {
+  InitialRow(config_.initializer, table_key_, id, config_.dim, record);
+  InitialSlots(config_.optimizer, config_.dim, record + config_.dim);
+}
+
+Status TableShard::CheckIds(const int64_t* ids, int64_t n) const {
+  if (n < 0) return InvalidArgument(description_ + ": negative id count " + std::to_string(n));
+  if (n > 0 && ids == nullptr) return InvalidArgument(description_ + ": ids is null");
+  const int32_t S = config_.num_shards, s = config_.shard_index;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    if (!config_.dynamic() && (id < 0 || id >= config_.num_rows))
+      return Status(Code::kOutOfRange, description_ + ": id " + std::to_string(id) + " (position " +
+                                           std::to_string(i) + ") is out of range [0, " +
+                                           std::to_string(config_.num_rows) + ")");
+    const int32_t owner = ShardOf(id, S, config_.dynamic());
+    if (owner != s)
+      return InvalidArgument(description_ + ": id " + std::to_string(id) + " (position " + std::to_string(i) +
+                             ") belongs to shard " + std::to_string(owner) + ", not this one");
+  }
+  return Status::Ok();
+}
+
+float* TableShard::FixedRecord(int64_t local, bool create) {
+  std::atomic<float*>& slot = blocks_[local / kBlockRows];
+  float* block = slot.load(std::memory_order_acquire);
+  if (block == nullptr && create) {
+    // Racing creators each build a block; one wins the exchange.
+    const int64_t first = (local / kBlockRows) * kBlockRows;
+    const int64_t rows = std::min(kBlockRows, NumRows() - first);
+    auto fresh = std::make_unique<float[]>(kBlockRows * record_floats_);
+    for (int64_t r = 0; r < rows; ++r)
+      InitialRecord((first + r) * config_.num_shards + config_.shard_index, fresh.get() + r * record_floats_);
+    float* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, fresh.get(), std::memory_order_acq_rel)) {
+      block = fresh.release();
+      ++num_blocks_allocated_;
+    } else {
+      block = expected;
+    }
+  }
+  return block == nullptr ? nullptr : block + (local % kBlockRows) * record_floats_;
+}
+
+int64_t TableShard::FindSlot(int64_t id) const {
+  auto it = slot_of_.find(id);
+  return it == slot_of_.end() ? -1 : it->second;
+}
+
+int64_t TableShard::AddRow(int64_t id) {
+  const int64_t existing = FindSlot(id);
+  if (existing >= 0) return existing;
+  const int64_t slot = static_cast<int64_t>(id_of_slot_.size());
+  if (slot % kBlockRows == 0) chunks_.push_back(std::make_unique<float[]>(kBlockRows * record_floats_));
+  id_of_slot_.push_back(id);
+  slot_of_.emplace(id, slot);
+  InitialRecord(id, SlotRecord(slot));
+  return slot;
+}
+
+template <typename Body>
+void TableShard::ForEachRecord(const int64_t* ids, int64_t n, bool create, Body body) {
+  if (!config_.dynamic()) {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t local = LocalRow(ids[i]);
+      float* record = FixedRecord(local, create);
+      if (record == nullptr) {
+        body(i, nullptr);  // an initial row: nothing to lock
+      } else {
+        std::lock_guard<std::mutex> row_lock(Stripe(local));
+        body(i, record);
+      }
+    }
+    return;
+  }
+  std::vector<int64_t> slots(n), missing;
+  for (;;) {
+    {
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      missing.clear();
+      for (int64_t i = 0; i < n; ++i) {
+        slots[i] = FindSlot(ids[i]);
+        if (slots[i] < 0) missing.push_back(ids[i]);
+      }
+      if (missing.empty()) {
+        for (int64_t i = 0; i < n; ++i) {
+          std::lock_guard<std::mutex> row_lock(Stripe(slots[i]));
+          body(i, SlotRecord(slots[i]));
+        }
+        return;
+      }
+    }
+    // Create the missing rows, then resolve again (a Replace may run between).
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    for (int64_t id : missing) AddRow(id);
+  }
+}
+
+Status TableShard::Lookup(const int64_t* ids, int64_t n, float* out) {
+  TFX_EMB_RETURN_IF_ERROR(CheckIds(ids, n));
+  if (n > 0 && out == nullptr) return InvalidArgument(description_ + ": lookup output is null");
+  const int64_t dim = config_.dim;
+  ForEachRecord(ids, n, /*create=*/config_.dynamic(), [&](int64_t i, const float* record) {
+    if (record == nullptr) {
+      InitialRow(config_.initializer, table_key_, ids[i], dim, out + i * dim);
+    } else {
+      std::memcpy(out + i * dim, record, dim * sizeof(float));
+    }
+  });
+  return Status::Ok();
+}
+
+Status TableShard::ApplyGradients(const int64_t* ids, int64_t n, const float* grads, const StepParams& params) {
+  TFX_EMB_RETURN_IF_ERROR(CheckIds(ids, n));
+  Status st = ValidateStep(config_.optimizer, params);
+  if (!st.ok()) return st.WithPrefix(description_ + ": ");
+  if (n == 0) return Status::Ok();
+  if (grads == nullptr) return InvalidArgument(description_ + ": gradients are null");
+  const int64_t dim = config_.dim;
+  for (int64_t k = 0; k < n * dim; ++k) {
+    if (!std::isfinite(grads[k]))
+      return InvalidArgument(description_ + ": the gradient of id " + std::to_string(ids[k / dim]) +
+                             " (position " + std::to_string(k / dim) + ", column " + std::to_string(k % dim) +
+                             ") is " + std::to_string(grads[k]) + "; gradients must be finite");
+  }
+  // Sum the gradients of repeated ids, in the order given (as a dense
+  // np.add.at / unsorted_segment_sum over zeros would).
+  std::unordered_map<int64_t, int64_t> position;
+  position.reserve(n);
+  std::vector<int64_t> unique_ids;
+  std::vector<float> summed;
+  unique_ids.reserve(n);
+  summed.reserve(n * dim);
+  for (int64_t i = 0; i < n; ++i) {
+    auto [it, added] = position.emplace(ids[i], static_cast<int64_t>(unique_ids.size()));
+    const float* g = grads + i * dim;
+    if (added) {
+      unique_ids.push_back(ids[i]);
+      summed.insert(summed.end(), g, g + dim);
+    } else {
+      float* acc = summed.data() + it->second * dim;
+      for (int64_t j = 0; j < dim; ++j) acc[j] += g[j];
+    }
+  }
+  const StepConstants constants = ComputeStepConstants(config_.optimizer, params);
+  ForEachRecord(unique_ids.data(), static_cast<int64_t>(unique_ids.size()), /*create=*/true,
+                [&](int64_t u, float* record) {
+                  ApplyRow(config_.optimizer, constants, dim, summed.data() + u * dim, record);
+                });
+  return Status::Ok();
+}
+
+Status TableShard::ReadRecord(int64_t id, float* out) const {
+  TFX_EMB_RETURN_IF_ERROR(CheckIds(&id, 1));
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  const float* record = nullptr;
+  int64_t stripe = 0;
+  if (config_.dynamic()) {
+    stripe = FindSlot(id);
+    if (stripe < 0) return Status(Code::kNotFound, description_ + ": no row with id " + std::to_string(id));
+    record = SlotRecord(stripe);
+  } else {
+    stripe = LocalRow(id);
+    record = const_cast<TableShard*>(this)->FixedRecord(stripe, /*create=*/false);
+  }
+  if (record == nullptr) {
+    InitialRecord(id, out);
+  } else {
+    std::lock_guard<std::mutex> row_lock(Stripe(stripe));
+    std::memcpy(out, record, record_floats_ * sizeof(float));
+  }
+  return Status::Ok();
+}
+
+Status TableShard::ForEachStoredRow(const std::function<Status(int64_t id, const float* record)>& visit) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::vector<float> copy(record_floats_);
+  auto visit_copy = [&](int64_t id, int64_t stripe, const float* record) {
+    {
+      std::lock_guard<std::mutex> row_lock(Stripe(stripe));
+      std::memcpy(copy.data(), record, record_floats_ * sizeof(float));
+    }
+    return visit(id, copy.data());
+  };
+  if (config_.dynamic()) {
+    for (int64_t slot = 0; slot < static_cast<int64_t>(id_of_slot_.size()); ++slot)
+      TFX_EMB_RETURN_IF_ERROR(visit_copy(id_of_slot_[slot], slot, SlotRecord(slot)));
+    return Status::Ok();
+  }
+  const int64_t rows = NumRows();
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    const float* block = blocks_[b].load(std::memory_order_acquire);
+    if (block == nullptr) continue;
+    for (int64_t local = b * kBlockRows; local < std::min(rows, (int64_t(b) + 1) * kBlockRows); ++local) {
+      const int64_t id = local * config_.num_shards + config_.shard_index;
+      TFX_EMB_RETURN_IF_ERROR(visit_copy(id, local, block + (local % kBlockRows) * record_floats_));
+    }
+  }
+  return Status::Ok();
+}
+
+Status TableShard::Replace(const std::function<Status(const PutFn& put)>& fill) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  Clear();
+  const PutFn put = [&](int64_t id, const float* record) -> Status {
+    TFX_EMB_RETURN_IF_ERROR(CheckIds(&id, 1));
+    float* dest = config_.dynamic() ? SlotRecord(AddRow(id)) : FixedRecord(LocalRow(id), /*create=*/true);
+    std::memcpy(dest, record, record_floats_ * sizeof(float));
+    return Status::Ok();
+  };
+  return fill(put);
+}
+
+}  // namespace tfx::embedding
