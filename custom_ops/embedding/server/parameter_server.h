@@ -1,0 +1,77 @@
+// The request handler of one parameter server: its shard of every table, and
+// the step barrier of synchronous training. Runs behind a service Server
+// (custom_ops/comm/core/service), which calls Handle on the thread of the
+// worker that sent the request; requests of different workers run in
+// parallel, and a LOOKUP that waits for a step blocks only its own worker.
+//
+// Synchronous steps (see protocol.h): pushes of step k are kept, per table,
+// until every worker has sent STEP_DONE(k); then each table applies the sum
+// of its step-k gradients, one optimizer step per row, and the server's
+// version becomes k + 1. A LOOKUP with min_version v waits (bounded by the
+// timeout, naming the workers it waits for) until the version reaches v. No
+// request waits for another table's push, so the order in which a worker's
+// pushes arrive cannot deadlock. Asynchronous mode applies each push on
+// arrival and never waits.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "custom_ops/comm/core/service/server.h"
+#include "custom_ops/comm/core/status.h"
+#include "custom_ops/embedding/core/table.h"
+
+namespace tfx::ps {
+
+struct ParameterServerOptions {
+  int server_index = 0;  // this server's shard of every table
+  int num_servers = 1;
+  int num_workers = 1;   // the service's clients
+  bool synchronous = true;
+  double timeout_s = 300.0;
+};
+
+class ParameterServer {
+ public:
+  explicit ParameterServer(const ParameterServerOptions& options);
+
+  // The service handler (see comm::service::Handler).
+  comm::Status Handle(int worker, uint16_t kind, const char* payload, size_t len,
+                      comm::service::Reply* reply);
+  // Wakes every waiting LOOKUP (they fail): the service is stopping.
+  void Stop();
+
+  int64_t version() const;
+
+ private:
+  struct Table;  // a shard and its pushes of open steps
+
+  comm::Status CreateTable(int worker, const char* payload, size_t len);
+  comm::Status Lookup(const char* payload, size_t len, comm::service::Reply* reply);
+  comm::Status Push(int worker, const char* payload, size_t len);
+  comm::Status StepDone(int worker, const char* payload, size_t len);
+  comm::Status Save(const char* payload, size_t len);
+  comm::Status Restore(const char* payload, size_t len);
+
+  Table* Find(int64_t table_id, comm::Status* error) const;
+  // Applies every table's pushes of `step` (mu_ held).
+  comm::Status ApplyStep(int64_t step);
+  comm::Status WaitForVersion(int64_t version);
+  std::string Who(int worker) const { return "worker " + std::to_string(worker); }
+
+  const ParameterServerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable applied_;
+  std::map<int64_t, std::unique_ptr<Table>> tables_;  // guarded by mu_ (the map, not the shards)
+  std::vector<int64_t> closed_;  // steps each worker has closed; guarded by mu_
+  int64_t version_ = 0;          // steps applied; guarded by mu_
+  comm::Status failed_;          // an apply that failed poisons later steps; guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+};
+
+}  // namespace tfx::ps

@@ -1,0 +1,55 @@
+// What workers ask a parameter server, and the layout of each payload (see
+// codec.h for the encoding). Every request names a table by the id the
+// workers gave it at creation; every reply is empty but for LOOKUP's rows.
+//
+//   CREATE_TABLE  table_id i64, dim i64, num_rows i64 (0: dynamic), seed u64,
+//                 initializer kind i32, optimizer kind i32, init a f64, b f64,
+//                 momentum, initial_accumulator_value, epsilon, beta_1,
+//                 beta_2, learning_rate_power, l1, l2, l2_shrinkage, beta
+//                 (f64 each), nesterov u8, amsgrad u8, name string.
+//                 Every worker sends it; the first creates this server's
+//                 shard, the others must agree with it.
+//   LOOKUP        table_id i64, min_version i64, ids (i64 array)
+//                 -> dim floats per id. Waits until the server has applied
+//                 min_version steps (synchronous training: a worker's reads
+//                 of step k+1 see every worker's step k).
+//   PUSH          table_id i64, step i64, learning_rate f32, (pad f32),
+//                 ids (i64 array), gradients (f32 array, dim per id).
+//                 Synchronous: kept for step `step`; asynchronous: applied.
+//   STEP_DONE     step i64: this worker pushed everything of `step`. When
+//                 every worker has, the server applies the step's pushes,
+//                 one summed gradient per row.
+//   SAVE          table_id i64, path string: this shard's rows and slots.
+//   RESTORE       table_id i64, count u32, paths (strings): replaces this
+//                 shard's rows with its own rows from those files, written
+//                 by any number of shards.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "custom_ops/embedding/core/table.h"
+
+namespace tfx::ps {
+
+enum Kind : uint16_t {
+  kCreateTable = 1,
+  kLookup = 2,
+  kPush = 3,
+  kStepDone = 4,
+  kSave = 5,
+  kRestore = 6,
+};
+const char* KindName(uint16_t kind);
+
+// A table as the workers describe it (shard_index/num_shards are the
+// server's to fill in).
+std::string EncodeCreateTable(const embedding::TableConfig& config);
+bool DecodeCreateTable(const char* data, size_t len, embedding::TableConfig* config);
+
+// Whether two workers' descriptions of one table agree; "" if they do, else
+// what differs.
+std::string Difference(const embedding::TableConfig& a, const embedding::TableConfig& b);
+
+}  // namespace tfx::ps
