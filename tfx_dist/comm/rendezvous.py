@@ -46,6 +46,7 @@ _log = logging.getLogger("tfx_dist.comm")
 MAGIC = b"TFXCOMM\x01"
 VERSION = 1
 DATA, CONTROL = 1, 2
+SERVICE = 3  # a request/response service connection (connect_service)
 _NONCE = 32
 _MAC = 32
 _HELLO = struct.Struct("<8sHBIII32sH")      # magic, version, channel, rank, size, server rank, nonce, host len
@@ -116,7 +117,8 @@ def _mac(secret: bytes, role: bytes, transcript: bytes) -> bytes:
 class _Listener:
     """Accepts and authenticates the connections this rank expects, in a thread."""
 
-    def __init__(self, rank: int, size: int, address: str, secret: bytes, deadline: float):
+    def __init__(self, rank: int, size: int, address: str, secret: bytes, deadline: float,
+                 expected: set[tuple[int, int]] | None = None):
         self.rank, self.size, self.secret, self.deadline = rank, size, secret, deadline
         self.address = address
         host, port = parse_address(address)
@@ -130,9 +132,12 @@ class _Listener:
             raise RendezvousError(f"tfx_dist rank {rank}: cannot listen on {address} (the address "
                                   f"the cluster gives this rank): {e}") from None
         self.sock.listen(64)
-        self.expected = {(DATA, r) for r in range(rank + 1, size)}
-        if rank == 0:
-            self.expected |= {(CONTROL, r) for r in range(1, size)}
+        if expected is not None:  # (channel, client rank) pairs
+            self.expected = set(expected)
+        else:
+            self.expected = {(DATA, r) for r in range(rank + 1, size)}
+            if rank == 0:
+                self.expected |= {(CONTROL, r) for r in range(1, size)}
         self.accepted: dict[tuple[int, int], tuple[socket.socket, str]] = {}
         self.rejections: list[str] = []
         self.lock = threading.Lock()
@@ -178,8 +183,7 @@ class _Listener:
                 return self._reject(conn, f"connection from {where} speaks protocol version {version}, "
                                           f"expected {VERSION} (mixed tfx_dist versions?)")
             peer_host = _recv_exact(conn, hlen, "the handshake", deadline).decode("utf-8", "replace")
-            if size != self.size or srank != self.rank or channel not in (DATA, CONTROL) \
-                    or (channel, crank) not in self.expected:
+            if size != self.size or srank != self.rank or (channel, crank) not in self.expected:
                 return self._reject(conn, f"connection from {where} claims rank {crank} of {size} "
                                           f"(channel {channel}) for rank {srank}; this is rank "
                                           f"{self.rank} of {self.size} and does not expect it")
@@ -324,3 +328,49 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         ctrl_fds[peer] = sock.detach()
     return Connections(data_fds, ctrl_fds, same_host)
+
+
+def connect_service(role: str, index: int, server_addresses: list[str], num_clients: int, secret: bytes,
+                    timeout_s: float) -> tuple[list[int], list[bool]]:
+    """Connects a bipartite request/response service: every client to every server.
+
+    A server (``role="server"``) listens on ``server_addresses[index]`` only and
+    accepts clients ``0 .. num_clients-1``; a client (``role="client"``)
+    connects to every server. Each connection is authenticated with the
+    handshake above on channel ``SERVICE`` (client index as the client rank,
+    server index as the server rank, ``num_clients`` as the size), so it
+    cannot be taken for a collective connection. Returns (fds, same_host),
+    one entry per peer (clients for a server, servers for a client); the fds
+    are the caller's.
+    """
+    if role not in ("server", "client"):
+        raise ValueError(f"Expected role 'server' or 'client'. Received: role={role!r}")
+    deadline = time.monotonic() + timeout_s
+    me = host_id()
+    if role == "server":
+        listener = _Listener(index, num_clients, server_addresses[index], secret, deadline,
+                             expected={(SERVICE, c) for c in range(num_clients)})
+        try:
+            accepted = listener.wait()
+        finally:
+            listener.close()
+        conns = [accepted[(SERVICE, c)] for c in range(num_clients)]
+    else:
+        conns = []
+        try:
+            for server, address in enumerate(server_addresses):
+                try:
+                    conns.append(_connect(index, num_clients, server, address, SERVICE, secret, deadline))
+                except RendezvousError as e:  # its "rank" words are the collective's: say who is who
+                    raise RendezvousError(f"tfx_dist service client {index}, connecting to server {server} "
+                                          f"at {address}: {e}") from None
+        except BaseException:
+            for sock, _ in conns:
+                sock.close()
+            raise
+    fds, same_host = [], []
+    for sock, peer_host in conns:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        same_host.append(peer_host == me)
+        fds.append(sock.detach())
+    return fds, same_host

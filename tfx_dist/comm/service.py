@@ -1,0 +1,266 @@
+"""Python bindings (ctypes) of the runtime's request/response service.
+
+The service (``custom_ops/comm/core/service``) carries opaque requests from
+clients (workers) to servers (parameter servers) and their replies, over the
+transports the ring uses (shared memory on one host, TCP across hosts), on
+connections authenticated with the job secret. These wrappers are thin: they
+connect (``rendezvous.connect_service``), then call the C API. The layer
+above (the parameter server) installs its handler natively through
+``tfx_service_server_serve`` on ``ServiceServer.handle``; a Python handler
+here is for tests.
+
+Example (two processes)::
+
+    # on the server
+    server = ServiceServer(0, ["127.0.0.1:7000"], num_clients=1)
+    server.serve(lambda client, kind, payload: payload[::-1])
+    # on the client
+    client = ServiceClient(0, ["127.0.0.1:7000"], num_clients=1)
+    assert client.call([(0, 1, b"abc")]) == [b"cba"]
+    client.close()   # GOODBYE: the server's serve() returns
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+from tfx_dist import settings
+from tfx_dist.comm import _native
+from tfx_dist.comm.rendezvous import connect_service
+
+ERR_LEN = 4096
+ABI_VERSION = 1
+
+HANDLER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
+                              ctypes.c_int64, ctypes.c_void_p)
+LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p)
+ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+
+# tfx::comm::Code
+OK, INVALID_ARGUMENT, TIMEOUT, CONNECTION_CLOSED, PROTOCOL, MISMATCH, INTERNAL, ABORTED = range(8)
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("timeout_s", ctypes.c_double), ("max_frame_bytes", ctypes.c_int64),
+                ("use_shm", ctypes.c_int32), ("abort_on_client_loss", ctypes.c_int32)]
+
+
+class Request(ctypes.Structure):
+    _fields_ = [("server", ctypes.c_int32), ("kind", ctypes.c_int32), ("payload", ctypes.c_void_p),
+                ("payload_bytes", ctypes.c_int64), ("alloc", ALLOC_FN), ("alloc_arg", ctypes.c_void_p),
+                ("code", ctypes.c_int32), ("reply_bytes", ctypes.c_int64), ("reply", ctypes.c_void_p)]
+
+
+class ServiceError(RuntimeError):
+    """A request or the service failed; ``code`` is the runtime's status code."""
+
+    def __init__(self, message: str, code: int = INTERNAL):
+        super().__init__(message)
+        self.code = code
+
+
+class ServiceTimeoutError(ServiceError, TimeoutError):
+    pass
+
+
+class ServiceConnectionError(ServiceError, ConnectionError):
+    pass
+
+
+def _error(code: int, message: bytes | str) -> ServiceError:
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    cls = {TIMEOUT: ServiceTimeoutError, CONNECTION_CLOSED: ServiceConnectionError}.get(code, ServiceError)
+    return cls(message, code)
+
+
+@functools.lru_cache(maxsize=None)
+def lib() -> ctypes.CDLL:
+    """libtfx_comm with the service's signatures, checked against its ABI."""
+    so = _native.lib()
+    so.tfx_service_abi.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
+    abi = (ctypes.c_int64 * 4)()
+    so.tfx_service_abi(abi, 4)
+    want = [ABI_VERSION, ctypes.sizeof(Options), ctypes.sizeof(Request), 32]
+    if list(abi) != want:
+        raise ImportError(f"tfx_dist's libtfx_comm service ABI is {list(abi)} (version, sizes), these "
+                          f"bindings expect {want}: rebuild with `python build_ops.py`")
+    create_args = [ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
+                   ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_int32]
+    so.tfx_service_server_create.restype = ctypes.c_int64
+    so.tfx_service_server_create.argtypes = create_args
+    so.tfx_service_client_create.restype = ctypes.c_int64
+    so.tfx_service_client_create.argtypes = create_args
+    so.tfx_service_server_serve.argtypes = [ctypes.c_int64, HANDLER_FN, ctypes.c_void_p, LOST_FN, ctypes.c_void_p,
+                                            ctypes.c_char_p, ctypes.c_int32]
+    so.tfx_service_server_stop.argtypes = [ctypes.c_int64]
+    so.tfx_service_server_destroy.argtypes = [ctypes.c_int64]
+    so.tfx_service_client_call.argtypes = [ctypes.c_int64, ctypes.POINTER(Request), ctypes.c_int32,
+                                           ctypes.c_char_p, ctypes.c_int32]
+    so.tfx_service_client_close.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]
+    so.tfx_service_client_destroy.argtypes = [ctypes.c_int64]
+    so.tfx_service_transport.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32]
+    so.tfx_service_free.argtypes = [ctypes.c_void_p]
+    so.tfx_service_reply_alloc.restype = ctypes.c_void_p
+    so.tfx_service_reply_alloc.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    so.tfx_service_reply_fail.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p]
+    return so
+
+
+def _options(timeout_s, max_frame_bytes, shm, abort_on_client_loss=True) -> Options:
+    return Options(timeout_s=float(settings.get("TFX_TIMEOUT_S", timeout_s)),
+                   max_frame_bytes=int(max_frame_bytes or 0),
+                   use_shm=int(bool(settings.get("TFX_SHM", shm))),
+                   abort_on_client_loss=int(bool(abort_on_client_loss)))
+
+
+def _secret(secret) -> bytes:
+    if secret is None:
+        secret = settings.get("TFX_JOB_SECRET") or None
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    if not secret:
+        raise ValueError("tfx_dist service: connections are authenticated with the job secret; set "
+                         "TFX_JOB_SECRET (the same in every process) or pass secret=...")
+    return secret
+
+
+def _create(fn, fds, same_host, labels, options) -> int:
+    n = len(fds)
+    names = (ctypes.c_char_p * max(1, n))(*[label.encode() for label in labels])
+    err = ctypes.create_string_buffer(ERR_LEN)
+    handle = fn(n, _native.int_array(ctypes.c_int32, fds),
+                _native.int_array(ctypes.c_int32, [int(s) for s in same_host]), names,
+                ctypes.byref(options), err, ERR_LEN)
+    if handle == 0:
+        raise _error(CONNECTION_CLOSED, err.value)
+    return int(handle)
+
+
+class _Endpoint:
+    handle = 0
+
+    def transport(self, peer: int) -> str:
+        out = ctypes.create_string_buffer(16)
+        if lib().tfx_service_transport(self.handle, peer, out, 16) != 0:
+            raise ValueError(f"tfx_dist service: no peer {peer}")
+        return out.value.decode()
+
+
+class ServiceServer(_Endpoint):
+    """Server ``index`` of a service: accepts ``num_clients`` clients.
+
+    Args:
+      index: this server's index in ``server_addresses``; it listens there only.
+      server_addresses: ``"host:port"`` of every server.
+      num_clients: how many clients connect (each to every server).
+      secret, timeout_s, shm: as for ``Communicator`` (defaults from settings).
+      max_frame_bytes: largest request payload accepted (default 1 GiB).
+      abort_on_client_loss: a vanished client ends ``serve`` with an error.
+      client_labels: names of the clients in errors (default "worker i").
+    """
+
+    def __init__(self, index: int, server_addresses: list[str], num_clients: int, *, secret=None,
+                 timeout_s: float | None = None, shm: bool | None = None, max_frame_bytes: int | None = None,
+                 abort_on_client_loss: bool = True, client_labels: list[str] | None = None):
+        options = _options(timeout_s, max_frame_bytes, shm, abort_on_client_loss)
+        fds, same_host = connect_service("server", index, server_addresses, num_clients, _secret(secret),
+                                         options.timeout_s)
+        labels = client_labels or [f"worker {c}" for c in range(num_clients)]
+        self.handle = _create(lib().tfx_service_server_create, fds, same_host, labels, options)
+        self.lost: list[tuple[int, int, str]] = []  # (client, code, message) of dropped/lost clients
+
+    def serve(self, handler) -> None:
+        """Serves until every client said GOODBYE; raises ServiceError otherwise.
+
+        ``handler(client, kind, payload: bytes) -> bytes`` runs on that
+        client's thread (with the GIL, so Python handlers do not run in
+        parallel; native ones do). An exception becomes the request's error:
+        ``ServiceError.code`` if it has one, else INVALID_ARGUMENT for
+        ValueError/KeyError/IndexError and INTERNAL otherwise.
+        """
+        so = lib()
+
+        def on_request(_arg, client, kind, payload, length, reply):
+            try:
+                data = handler(client, kind, ctypes.string_at(payload, length) if length else b"")
+                if data:
+                    ctypes.memmove(so.tfx_service_reply_alloc(reply, len(data)), data, len(data))
+            except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+                code = getattr(e, "code", None)
+                if not isinstance(code, int) or code <= 0:
+                    code = INVALID_ARGUMENT if isinstance(e, (ValueError, KeyError, IndexError)) else INTERNAL
+                so.tfx_service_reply_fail(reply, code, f"{type(e).__name__}: {e}".encode())
+
+        def on_lost(_arg, client, code, message):
+            self.lost.append((client, code, message.decode("utf-8", "replace")))
+
+        handler_fn, lost_fn = HANDLER_FN(on_request), LOST_FN(on_lost)
+        err = ctypes.create_string_buffer(ERR_LEN)
+        code = so.tfx_service_server_serve(self.handle, handler_fn, None, lost_fn, None, err, ERR_LEN)
+        if code != 0:
+            raise _error(code, err.value)
+
+    def stop(self) -> None:
+        """Thread-safe: a running ``serve`` tells the clients and raises (ABORTED)."""
+        lib().tfx_service_server_stop(self.handle)
+
+    def close(self) -> None:
+        if self.handle:
+            lib().tfx_service_server_destroy(self.handle)
+            self.handle = 0
+
+
+class ServiceClient(_Endpoint):
+    """Client ``index`` of a service: connects to every server.
+
+    Args are those of ``ServiceServer`` (``index`` is this client's,
+    ``server_labels`` name the servers, default "ps i").
+    """
+
+    def __init__(self, index: int, server_addresses: list[str], num_clients: int, *, secret=None,
+                 timeout_s: float | None = None, shm: bool | None = None, max_frame_bytes: int | None = None,
+                 server_labels: list[str] | None = None):
+        options = _options(timeout_s, max_frame_bytes, shm)
+        fds, same_host = connect_service("client", index, server_addresses, num_clients, _secret(secret),
+                                         options.timeout_s)
+        labels = server_labels or [f"ps {s}" for s in range(len(server_addresses))]
+        self.handle = _create(lib().tfx_service_client_create, fds, same_host, labels, options)
+        self._lock = threading.Lock()
+
+    def call(self, requests) -> list[bytes]:
+        """Sends ``[(server, kind, payload bytes), ...]``; returns the replies in order.
+
+        Raises ServiceError (with the first failure's code and message).
+        """
+        so = lib()
+        reqs = (Request * max(1, len(requests)))()
+        keep = []
+        for r, (server, kind, payload) in zip(reqs, requests):
+            buf = ctypes.create_string_buffer(bytes(payload), len(payload)) if len(payload) else None
+            keep.append(buf)
+            r.server, r.kind, r.payload_bytes = server, kind, len(payload)
+            r.payload = ctypes.addressof(buf) if buf is not None else None
+        err = ctypes.create_string_buffer(ERR_LEN)
+        code = so.tfx_service_client_call(self.handle, reqs, len(requests), err, ERR_LEN)
+        replies = []
+        for r in reqs[:len(requests)]:
+            replies.append(ctypes.string_at(r.reply, r.reply_bytes) if r.reply else b"")
+            if r.reply:
+                so.tfx_service_free(r.reply)
+        if code != 0:
+            raise _error(code, err.value)
+        return replies
+
+    def close(self) -> None:
+        """Says GOODBYE to every server and releases the client."""
+        if not self.handle:
+            return
+        err = ctypes.create_string_buffer(ERR_LEN)
+        code = lib().tfx_service_client_close(self.handle, err, ERR_LEN)
+        lib().tfx_service_client_destroy(self.handle)
+        self.handle = 0
+        if code != 0:
+            raise _error(code, err.value)
