@@ -1,6 +1,6 @@
 // The request handler of one parameter server: its shard of every table, and
-// the step barrier of synchronous training. Runs behind a service Server
-// (custom_ops/comm/core/service), which calls Handle on the thread of the
+// the step barrier of synchronous training. Runs behind the runtime's service
+// server (custom_ops/comm/core/service), which calls Handle on the thread of the
 // worker that sent the request; requests of different workers run in
 // parallel, and a LOOKUP that waits for a step blocks only its own worker.
 //
@@ -16,14 +16,14 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "custom_ops/comm/core/service/server.h"
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/embedding/core/status.h"
 #include "custom_ops/embedding/core/table.h"
 
 namespace tfx::ps {
@@ -40,9 +40,11 @@ class ParameterServer {
  public:
   explicit ParameterServer(const ParameterServerOptions& options);
 
-  // The service handler (see comm::service::Handler).
-  comm::Status Handle(int worker, uint16_t kind, const char* payload, size_t len,
-                      comm::service::Reply* reply);
+  // Where a reply's bytes go: returns room for n bytes.
+  using ReplyBuffer = std::function<char*(size_t n)>;
+  // Serves one request of `worker` (any thread; see the top of this file).
+  embedding::Status Handle(int worker, uint16_t kind, const char* payload, size_t len,
+                           const ReplyBuffer& reply);
   // Wakes every waiting LOOKUP (they fail): the service is stopping.
   void Stop();
 
@@ -51,17 +53,20 @@ class ParameterServer {
  private:
   struct Table;  // a shard and its pushes of open steps
 
-  comm::Status CreateTable(int worker, const char* payload, size_t len);
-  comm::Status Lookup(const char* payload, size_t len, comm::service::Reply* reply);
-  comm::Status Push(int worker, const char* payload, size_t len);
-  comm::Status StepDone(int worker, const char* payload, size_t len);
-  comm::Status Save(const char* payload, size_t len);
-  comm::Status Restore(const char* payload, size_t len);
+  embedding::Status CreateTable(int worker, const char* payload, size_t len);
+  embedding::Status Lookup(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
+  embedding::Status Push(int worker, const char* payload, size_t len);
+  embedding::Status StepDone(int worker, const char* payload, size_t len);
+  embedding::Status Save(int worker, const char* payload, size_t len);
+  embedding::Status Restore(int worker, const char* payload, size_t len);
+  embedding::Status SetOptimizer(int worker, const char* payload, size_t len);
 
-  Table* Find(int64_t table_id, comm::Status* error) const;
+  // The table and (if shard) its current shard, or null and why.
+  Table* Find(int64_t table_id, embedding::Status* error,
+              std::shared_ptr<embedding::TableShard>* shard) const;
   // Applies every table's pushes of `step` (mu_ held).
-  comm::Status ApplyStep(int64_t step);
-  comm::Status WaitForVersion(int64_t version);
+  embedding::Status ApplyStep(int64_t step);
+  embedding::Status WaitForVersion(int64_t version);
   std::string Who(int worker) const { return "worker " + std::to_string(worker); }
 
   const ParameterServerOptions options_;
@@ -70,7 +75,7 @@ class ParameterServer {
   std::map<int64_t, std::unique_ptr<Table>> tables_;  // guarded by mu_ (the map, not the shards)
   std::vector<int64_t> closed_;  // steps each worker has closed; guarded by mu_
   int64_t version_ = 0;          // steps applied; guarded by mu_
-  comm::Status failed_;          // an apply that failed poisons later steps; guarded by mu_
+  embedding::Status failed_;          // an apply that failed poisons later steps; guarded by mu_
   bool stopping_ = false;        // guarded by mu_
 };
 

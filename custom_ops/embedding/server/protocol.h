@@ -19,6 +19,10 @@
 //   STEP_DONE     step i64: this worker pushed everything of `step`. When
 //                 every worker has, the server applies the step's pushes,
 //                 one summed gradient per row.
+//   SET_OPTIMIZER table_id i64, then the optimizer fields of CREATE_TABLE
+//                 (kind i32, the ten f64, nesterov u8, amsgrad u8). Sent when
+//                 the model's optimizer is known (its first training step
+//                 is traced): slots are laid out for it; row values are kept.
 //   SAVE          table_id i64, path string: this shard's rows and slots.
 //   RESTORE       table_id i64, count u32, paths (strings): replaces this
 //                 shard's rows with its own rows from those files, written
@@ -40,6 +44,7 @@ enum Kind : uint16_t {
   kStepDone = 4,
   kSave = 5,
   kRestore = 6,
+  kSetOptimizer = 7,
 };
 const char* KindName(uint16_t kind);
 
@@ -48,8 +53,11 @@ const char* KindName(uint16_t kind);
 std::string EncodeCreateTable(const embedding::TableConfig& config);
 bool DecodeCreateTable(const char* data, size_t len, embedding::TableConfig* config);
 
-// Whether two workers' descriptions of one table agree; "" if they do, else
-// what differs.
+std::string EncodeSetOptimizer(int64_t table_id, const embedding::OptimizerConfig& optimizer);
+bool DecodeSetOptimizer(const char* data, size_t len, int64_t* table_id, embedding::OptimizerConfig* optimizer);
+
+// Whether two workers' descriptions of one table agree (all but the
+// optimizer); "" if they do, else what differs.
 std::string Difference(const embedding::TableConfig& a, const embedding::TableConfig& b);
 
 }  // namespace tfx::ps

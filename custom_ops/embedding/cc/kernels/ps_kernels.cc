@@ -1,0 +1,95 @@
+// TF kernels over the parameter-server client. They block their executor
+// thread for a round trip (and, in synchronous training, until the servers
+// have applied the previous step), which waits only for other processes.
+#include <string>
+
+#include "custom_ops/embedding/server/ps_c_api.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tfx {
+namespace {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+// The store's codes are TensorFlow's numbering.
+absl::Status ToTfStatus(int32_t code, const char* message) {
+  if (code == 0) return absl::OkStatus();
+  if (code == 9) return absl::DeadlineExceededError(message);  // a step that did not end in time
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+class PsKernel : public OpKernel {
+ public:
+  explicit PsKernel(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("client_id", &client_));
+  }
+
+ protected:
+  int64_t client_;
+};
+
+class TfxPsLookupOp : public PsKernel {
+ public:
+  explicit TfxPsLookupOp(OpKernelConstruction* c) : PsKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("table_id", &table_));
+    OP_REQUIRES_OK(c, c->GetAttr("dim", &dim_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& ids = ctx->input(0);
+    OP_REQUIRES(ctx, ids.dims() == 1, absl::InvalidArgumentError("TfxPsLookup wants 1-D ids"));
+    Tensor* rows = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({ids.dim_size(0), dim_}), &rows));
+    char err[2048] = {0};
+    const int32_t rc = tfx_ps_lookup(client_, table_, ids.flat<int64_t>().data(), ids.dim_size(0),
+                                     rows->flat<float>().data(), err, sizeof(err));
+    OP_REQUIRES_OK(ctx, ToTfStatus(rc, err));
+  }
+
+ private:
+  int64_t table_, dim_;
+};
+
+class TfxPsPushOp : public PsKernel {
+ public:
+  explicit TfxPsPushOp(OpKernelConstruction* c) : PsKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("table_id", &table_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& ids = ctx->input(0);
+    const Tensor& grads = ctx->input(1);
+    const Tensor& lr = ctx->input(2);
+    OP_REQUIRES(ctx, ids.dims() == 1 && grads.dims() == 2 && grads.dim_size(0) == ids.dim_size(0),
+                absl::InvalidArgumentError("TfxPsPush wants ids [n] and gradients [n, dim]; got " +
+                                           ids.shape().DebugString() + " and " + grads.shape().DebugString()));
+    OP_REQUIRES(ctx, lr.NumElements() == 1, absl::InvalidArgumentError("TfxPsPush wants a scalar learning rate"));
+    char err[2048] = {0};
+    const int32_t rc = tfx_ps_push(client_, table_, ids.flat<int64_t>().data(), ids.dim_size(0),
+                                   grads.flat<float>().data(), lr.flat<float>()(0), err, sizeof(err));
+    OP_REQUIRES_OK(ctx, ToTfStatus(rc, err));
+  }
+
+ private:
+  int64_t table_;
+};
+
+class TfxPsStepDoneOp : public PsKernel {
+ public:
+  using PsKernel::PsKernel;
+  void Compute(OpKernelContext* ctx) override {
+    char err[2048] = {0};
+    OP_REQUIRES_OK(ctx, ToTfStatus(tfx_ps_step_done(client_, err, sizeof(err)), err));
+  }
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("TfxPsLookup").Device(tensorflow::DEVICE_CPU), TfxPsLookupOp);
+REGISTER_KERNEL_BUILDER(Name("TfxPsPush").Device(tensorflow::DEVICE_CPU), TfxPsPushOp);
+REGISTER_KERNEL_BUILDER(Name("TfxPsStepDone").Device(tensorflow::DEVICE_CPU), TfxPsStepDoneOp);
+
+}  // namespace tfx

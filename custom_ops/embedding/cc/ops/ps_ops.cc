@@ -1,0 +1,41 @@
+// Registration and shape functions of the parameter-server ops. The kernels
+// (cc/kernels/ps_kernels.cc) call libtfx_embedding's PsClient by its id.
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfx {
+
+using ::tensorflow::shape_inference::InferenceContext;
+
+REGISTER_OP("TfxPsLookup")
+    .Input("ids: int64")
+    .Output("rows: float")
+    .Attr("client_id: int")
+    .Attr("table_id: int")
+    .Attr("dim: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t dim;
+      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+      c->set_output(0, c->Matrix(c->Dim(c->input(0), 0), dim));
+      return absl::OkStatus();
+    })
+    .Doc("Rows of distinct ids (1-D) of a table on the parameter servers, [n, dim].");
+
+REGISTER_OP("TfxPsPush")
+    .Input("ids: int64")
+    .Input("gradients: float")
+    .Input("learning_rate: float")
+    .Attr("client_id: int")
+    .Attr("table_id: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return absl::OkStatus(); })
+    .Doc("Sends the gradient rows of ids to the servers that hold them (applied by their optimizer).");
+
+REGISTER_OP("TfxPsStepDone")
+    .Attr("client_id: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return absl::OkStatus(); })
+    .Doc("Ends this worker's training step on every server, if it pushed anything.");
+
+}  // namespace tfx

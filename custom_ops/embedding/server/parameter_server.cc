@@ -1,0 +1,296 @@
+#include "custom_ops/embedding/server/parameter_server.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "custom_ops/embedding/core/checkpoint.h"
+#include "custom_ops/embedding/core/optimizers.h"
+#include "custom_ops/embedding/server/codec.h"
+#include "custom_ops/embedding/server/protocol.h"
+
+namespace tfx::ps {
+
+using embedding::Code;
+using embedding::InvalidArgument;
+using embedding::Status;
+
+struct ParameterServer::Table {
+  embedding::TableConfig config;  // as the workers described it, with this shard's place
+  // Replaced whole by SET_OPTIMIZER; requests hold their own reference.
+  std::shared_ptr<embedding::TableShard> shard;
+  // Synchronous: every worker's pushes of each open step, in arrival order.
+  struct Pending {
+    std::vector<int64_t> ids;
+    std::vector<float> grads;
+    float learning_rate = 0;
+  };
+  std::map<int64_t, Pending> pending;  // guarded by the server's mu_
+  std::mutex apply_mu;                 // asynchronous: one apply (and step count) at a time
+  int64_t applies = 0;                 // Adam's step count: optimizer steps taken so far
+};
+
+namespace {
+
+Status Malformed(uint16_t kind, int worker) {
+  return Status(Code::kInvalidArgument, std::string("malformed ") + KindName(kind) + " request from worker " +
+                                            std::to_string(worker) + " (truncated or corrupt payload)");
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", s);
+  return buf;
+}
+
+}  // namespace
+
+ParameterServer::ParameterServer(const ParameterServerOptions& options)
+    : options_(options), closed_(options.num_workers, 0) {}
+
+int64_t ParameterServer::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+void ParameterServer::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = true;
+  applied_.notify_all();
+}
+
+Status ParameterServer::Handle(int worker, uint16_t kind, const char* payload, size_t len,
+                               const ReplyBuffer& reply) {
+  Status st;
+  switch (kind) {
+    case kCreateTable: st = CreateTable(worker, payload, len); break;
+    case kLookup: st = Lookup(worker, payload, len, reply); break;
+    case kPush: st = Push(worker, payload, len); break;
+    case kStepDone: st = StepDone(worker, payload, len); break;
+    case kSave: st = Save(worker, payload, len); break;
+    case kRestore: st = Restore(worker, payload, len); break;
+    case kSetOptimizer: st = SetOptimizer(worker, payload, len); break;
+    default:
+      st = InvalidArgument("unknown request kind " + std::to_string(kind) + " from worker " +
+                           std::to_string(worker));
+  }
+  return st.WithPrefix("parameter server " + std::to_string(options_.server_index) + ": ");
+}
+
+ParameterServer::Table* ParameterServer::Find(int64_t table_id, Status* error,
+                                               std::shared_ptr<embedding::TableShard>* shard) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(table_id);
+  if (it == tables_.end()) {
+    *error = Status(Code::kNotFound, "no table with id " + std::to_string(table_id) +
+                                         " (a worker must create it first)");
+    return nullptr;
+  }
+  if (shard != nullptr) *shard = it->second->shard;
+  return it->second.get();  // tables are never removed while serving
+}
+
+Status ParameterServer::CreateTable(int worker, const char* payload, size_t len) {
+  embedding::TableConfig config;
+  if (!DecodeCreateTable(payload, len, &config)) return Malformed(kCreateTable, worker);
+  config.shard_index = options_.server_index;
+  config.num_shards = options_.num_servers;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(config.table_id);
+  if (it != tables_.end()) {
+    const std::string diff = Difference(it->second->config, config);
+    if (diff.empty()) return Status::Ok();
+    return InvalidArgument("worker " + std::to_string(worker) + " describes table " +
+                           std::to_string(config.table_id) + " unlike an earlier worker: " + diff +
+                           " (every worker must build the same model)");
+  }
+  auto table = std::make_unique<Table>();
+  std::unique_ptr<embedding::TableShard> shard;
+  TFX_EMB_RETURN_IF_ERROR(embedding::TableShard::Create(config, &shard));
+  table->shard = std::move(shard);
+  table->config = config;
+  tables_.emplace(config.table_id, std::move(table));
+  return Status::Ok();
+}
+
+Status ParameterServer::WaitForVersion(int64_t version) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(options_.timeout_s));
+  while (version_ < version) {
+    if (!failed_.ok()) return failed_;
+    if (stopping_) return Status(Code::kInternal, "the server is stopping");
+    if (applied_.wait_until(lock, deadline) == std::cv_status::timeout && version_ < version) {
+      std::string late;
+      for (int w = 0; w < options_.num_workers; ++w)
+        if (closed_[w] <= version_) late += (late.empty() ? "" : ", ") + std::to_string(w);
+      return Status(Code::kFailedPrecondition,
+                    "timed out after " + Seconds(options_.timeout_s) + " waiting for training step " +
+                        std::to_string(version_) + " to end: worker(s) " + late +
+                        " have not finished it (stuck, dead, or running fewer steps than the others; "
+                        "raise TFX_TIMEOUT_S if they are only slow)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParameterServer::Lookup(int worker, const char* payload, size_t len, const ReplyBuffer& reply) {
+  Reader r(payload, len);
+  int64_t table_id, min_version, n;
+  const int64_t* ids;
+  if (!r.Get(&table_id) || !r.Get(&min_version) || !r.GetArray(&ids, &n) || !r.done())
+    return Malformed(kLookup, worker);
+  if (options_.synchronous) TFX_EMB_RETURN_IF_ERROR(WaitForVersion(min_version));
+  Status st;
+  std::shared_ptr<embedding::TableShard> shard;
+  if (Find(table_id, &st, &shard) == nullptr) return st;
+  const int64_t dim = shard->config().dim;
+  float* out = reinterpret_cast<float*>(reply(static_cast<size_t>(n * dim) * sizeof(float)));
+  return shard->Lookup(ids, n, out);
+}
+
+Status ParameterServer::Push(int worker, const char* payload, size_t len) {
+  Reader r(payload, len);
+  int64_t table_id, step, n, n_grads;
+  float learning_rate, pad;
+  const int64_t* ids;
+  const float* grads;
+  if (!r.Get(&table_id) || !r.Get(&step) || !r.Get(&learning_rate) || !r.Get(&pad) ||
+      !r.GetArray(&ids, &n) || !r.GetArray(&grads, &n_grads) || !r.done())
+    return Malformed(kPush, worker);
+  Status st;
+  std::shared_ptr<embedding::TableShard> shard;
+  Table* table = Find(table_id, &st, &shard);
+  if (table == nullptr) return st;
+  const int64_t dim = shard->config().dim;
+  if (n_grads != n * dim)
+    return InvalidArgument(shard->description() + ": a push of " + std::to_string(n) + " ids carries " +
+                           std::to_string(n_grads) + " gradient values, expected " + std::to_string(n * dim));
+  // Refuse bad input now, to its sender, before anything is kept.
+  TFX_EMB_RETURN_IF_ERROR(shard->CheckIds(ids, n));
+  for (int64_t i = 0; i < n_grads; ++i) {
+    if (!std::isfinite(grads[i]))
+      return InvalidArgument(shard->description() + ": gradient of id " + std::to_string(ids[i / dim]) +
+                             " from worker " + std::to_string(worker) + " is not finite");
+  }
+  if (!std::isfinite(learning_rate) || learning_rate < 0)
+    return InvalidArgument("learning rate " + std::to_string(learning_rate) + " from worker " +
+                           std::to_string(worker));
+  if (!options_.synchronous) {
+    std::lock_guard<std::mutex> lock(table->apply_mu);
+    embedding::StepParams params;
+    params.learning_rate = learning_rate;
+    params.step = table->applies + 1;
+    TFX_EMB_RETURN_IF_ERROR(shard->ApplyGradients(ids, n, grads, params));
+    ++table->applies;
+    return Status::Ok();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step != closed_[worker])
+    return InvalidArgument("worker " + std::to_string(worker) + " pushed for step " + std::to_string(step) +
+                           " while its open step is " + std::to_string(closed_[worker]));
+  Table::Pending& p = table->pending[step];
+  p.ids.insert(p.ids.end(), ids, ids + n);
+  p.grads.insert(p.grads.end(), grads, grads + n_grads);
+  p.learning_rate = learning_rate;  // the same on every worker: Keras's schedule of one step
+  return Status::Ok();
+}
+
+Status ParameterServer::StepDone(int worker, const char* payload, size_t len) {
+  Reader r(payload, len);
+  int64_t step;
+  if (!r.Get(&step) || !r.done()) return Malformed(kStepDone, worker);
+  if (!options_.synchronous) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step != closed_[worker])
+    return InvalidArgument("worker " + std::to_string(worker) + " ended step " + std::to_string(step) +
+                           " while its open step is " + std::to_string(closed_[worker]));
+  ++closed_[worker];
+  for (int64_t c : closed_)
+    if (c <= step) return Status::Ok();  // the last worker to end the step applies it
+  const Status st = ApplyStep(step);
+  if (!st.ok()) failed_ = st;
+  version_ = step + 1;
+  applied_.notify_all();
+  return st;
+}
+
+Status ParameterServer::ApplyStep(int64_t step) {
+  for (auto& [id, table] : tables_) {
+    auto it = table->pending.find(step);
+    if (it == table->pending.end()) continue;  // nobody used this table in this step
+    Table::Pending& p = it->second;
+    embedding::StepParams params;
+    params.learning_rate = p.learning_rate;
+    params.step = table->applies + 1;
+    // ApplyGradients sums the workers' rows of one id before the optimizer sees them.
+    TFX_EMB_RETURN_IF_ERROR(
+        table->shard->ApplyGradients(p.ids.data(), static_cast<int64_t>(p.ids.size()), p.grads.data(), params));
+    ++table->applies;
+    table->pending.erase(it);
+  }
+  return Status::Ok();
+}
+
+Status ParameterServer::SetOptimizer(int worker, const char* payload, size_t len) {
+  int64_t table_id;
+  embedding::OptimizerConfig optimizer;
+  if (!DecodeSetOptimizer(payload, len, &table_id, &optimizer)) return Malformed(kSetOptimizer, worker);
+  TFX_EMB_RETURN_IF_ERROR(embedding::ValidateOptimizer(optimizer));
+  Status st;
+  Table* table = Find(table_id, &st, nullptr);
+  if (table == nullptr) return st;
+  std::lock_guard<std::mutex> lock(mu_);
+  embedding::TableConfig config = table->config;
+  config.optimizer = optimizer;
+  if (Difference(config, table->config).empty() && EncodeCreateTable(config) == EncodeCreateTable(table->config))
+    return Status::Ok();  // every worker sends it; the first one did the work
+  if (table->applies > 0)
+    return InvalidArgument(table->shard->description() + ": worker " + std::to_string(worker) +
+                           " sets another optimizer after training has updated the table");
+  // A new shard with slots for this optimizer; the rows stored so far (from
+  // lookups of dynamic ids, or a restore) keep their values.
+  std::unique_ptr<embedding::TableShard> shard;
+  TFX_EMB_RETURN_IF_ERROR(embedding::TableShard::Create(config, &shard));
+  const int64_t dim = config.dim;
+  std::vector<float> record(static_cast<size_t>(shard->record_floats()));
+  TFX_EMB_RETURN_IF_ERROR(shard->Replace([&](const embedding::TableShard::PutFn& put) {
+    return table->shard->ForEachStoredRow([&](int64_t id, const float* old_record) {
+      std::copy(old_record, old_record + dim, record.begin());
+      embedding::InitialSlots(optimizer, dim, record.data() + dim);
+      return put(id, record.data());
+    });
+  }));
+  table->shard = std::move(shard);
+  table->config = config;
+  return Status::Ok();
+}
+
+Status ParameterServer::Save(int worker, const char* payload, size_t len) {
+  Reader r(payload, len);
+  int64_t table_id;
+  std::string path;
+  if (!r.Get(&table_id) || !r.GetString(&path) || !r.done()) return Malformed(kSave, worker);
+  Status st;
+  std::shared_ptr<embedding::TableShard> shard;
+  if (Find(table_id, &st, &shard) == nullptr) return st;
+  return embedding::SaveShard(*shard, path);
+}
+
+Status ParameterServer::Restore(int worker, const char* payload, size_t len) {
+  Reader r(payload, len);
+  int64_t table_id;
+  uint32_t count;
+  if (!r.Get(&table_id) || !r.Get(&count) || count > 65536) return Malformed(kRestore, worker);
+  std::vector<std::string> paths(count);
+  for (std::string& p : paths)
+    if (!r.GetString(&p)) return Malformed(kRestore, worker);
+  if (!r.done()) return Malformed(kRestore, worker);
+  Status st;
+  std::shared_ptr<embedding::TableShard> shard;
+  if (Find(table_id, &st, &shard) == nullptr) return st;
+  return embedding::RestoreShard(shard.get(), paths);
+}
+
+}  // namespace tfx::ps

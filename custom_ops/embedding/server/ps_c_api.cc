@@ -1,0 +1,153 @@
+#include "custom_ops/embedding/server/ps_c_api.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "custom_ops/comm/core/service/service_c_api.h"
+#include "custom_ops/embedding/core/c_config.h"
+#include "custom_ops/embedding/server/parameter_server.h"
+#include "custom_ops/embedding/server/ps_client.h"
+
+using tfx::embedding::Code;
+using tfx::embedding::Status;
+
+namespace {
+
+std::mutex g_mu;
+std::map<int64_t, std::shared_ptr<tfx::ps::PsClient>> g_clients;
+int64_t g_next_id = 1;
+
+std::shared_ptr<tfx::ps::PsClient> Find(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_clients.find(id);
+  return it == g_clients.end() ? nullptr : it->second;
+}
+
+int32_t Report(const Status& st, char* err, int32_t len) {
+  if (!st.ok() && err != nullptr && len > 0) {
+    std::strncpy(err, st.message().c_str(), static_cast<size_t>(len) - 1);
+    err[len - 1] = '\0';
+  }
+  return static_cast<int32_t>(st.code());
+}
+
+Status NoClient(int64_t id) {
+  return Status(Code::kInvalidArgument, "no parameter-server client with id " + std::to_string(id) +
+                                            " in this process (was it closed?)");
+}
+
+// The service's status codes (tfx::comm::Code) for the store's.
+int32_t ServiceCode(Code code) {
+  switch (code) {
+    case Code::kOk: return 0;
+    case Code::kInvalidArgument:
+    case Code::kNotFound:
+    case Code::kOutOfRange: return 1;
+    case Code::kFailedPrecondition: return 2;  // a step that did not end in time
+    default: return 6;
+  }
+}
+
+void HandleRequest(void* arg, int32_t client, int32_t kind, const void* payload, int64_t payload_bytes,
+                   tfx_service_reply* reply) {
+  auto* server = static_cast<tfx::ps::ParameterServer*>(arg);
+  const Status st = server->Handle(
+      client, static_cast<uint16_t>(kind), static_cast<const char*>(payload), static_cast<size_t>(payload_bytes),
+      [reply](size_t n) { return static_cast<char*>(tfx_service_reply_alloc(reply, static_cast<int64_t>(n))); });
+  if (!st.ok()) tfx_service_reply_fail(reply, ServiceCode(st.code()), st.message().c_str());
+}
+
+// A lost worker can never end its step: the others' waits fail at once.
+void WorkerLost(void* arg, int32_t client, int32_t code, const char* message) {
+  (void)client;
+  (void)code;
+  (void)message;
+  static_cast<tfx::ps::ParameterServer*>(arg)->Stop();
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t tfx_ps_serve(int64_t service_server, int32_t server_index, int32_t num_servers, int32_t num_workers,
+                     int32_t synchronous, double timeout_s, char* err, int32_t err_len) {
+  tfx::ps::ParameterServerOptions options;
+  options.server_index = server_index;
+  options.num_servers = num_servers;
+  options.num_workers = num_workers;
+  options.synchronous = synchronous != 0;
+  options.timeout_s = timeout_s;
+  tfx::ps::ParameterServer server(options);
+  const int32_t rc =
+      tfx_service_server_serve(service_server, &HandleRequest, &server, &WorkerLost, &server, err, err_len);
+  server.Stop();
+  return rc;
+}
+
+int64_t tfx_ps_client_create(int64_t service_client, int32_t num_servers, int32_t worker) {
+  auto client = std::make_shared<tfx::ps::PsClient>(service_client, num_servers, worker);
+  std::lock_guard<std::mutex> lock(g_mu);
+  const int64_t id = g_next_id++;
+  g_clients[id] = std::move(client);
+  return id;
+}
+
+int32_t tfx_ps_client_destroy(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_clients.erase(id) ? 0 : static_cast<int32_t>(Code::kInvalidArgument);
+}
+
+int32_t tfx_ps_create_table(int64_t id, const tfx_emb_table_config* config, char* err, int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return Report(NoClient(id), err, err_len);
+  return Report(client->CreateTable(tfx::embedding::ConfigFromC(*config)), err, err_len);
+}
+
+int32_t tfx_ps_set_optimizer(int64_t id, int64_t table_id, const tfx_emb_optimizer* optimizer, char* err,
+                             int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return Report(NoClient(id), err, err_len);
+  return Report(client->SetOptimizer(table_id, tfx::embedding::OptimizerFromC(*optimizer)), err, err_len);
+}
+
+int32_t tfx_ps_lookup(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, float* out, char* err,
+                      int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return Report(NoClient(id), err, err_len);
+  return Report(client->Lookup(table_id, ids, n, out), err, err_len);
+}
+
+int32_t tfx_ps_push(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, const float* grads,
+                    float learning_rate, char* err, int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return Report(NoClient(id), err, err_len);
+  return Report(client->Push(table_id, ids, n, grads, learning_rate), err, err_len);
+}
+
+int32_t tfx_ps_step_done(int64_t id, char* err, int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return Report(NoClient(id), err, err_len);
+  return Report(client->StepDone(), err, err_len);
+}
+
+int64_t tfx_ps_steps(int64_t id) {
+  auto client = Find(id);
+  return client ? client->steps() : -1;
+}
+
+int32_t tfx_ps_save(int64_t id, int64_t table_id, const char* prefix, char* err, int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return Report(NoClient(id), err, err_len);
+  return Report(client->Save(table_id, prefix), err, err_len);
+}
+
+int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, int32_t n, char* err,
+                       int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return Report(NoClient(id), err, err_len);
+  return Report(client->Restore(table_id, std::vector<std::string>(paths, paths + n)), err, err_len);
+}
+
+}  // extern "C"

@@ -1,0 +1,56 @@
+/* The C interface of the parameter server (libtfx_ps), for Python (ctypes)
+ * and the TensorFlow kernels (_ps_ops.so links this library, so a client
+ * created from Python is found by its id in the kernels).
+ *
+ * Status codes are tfx::embedding::Code (TensorFlow's numbering, 0 = OK);
+ * an error's message goes to (err, err_len). Table configurations use the
+ * embedding store's tfx_emb_table_config (custom_ops/embedding/core/c_api.h;
+ * shard_index and num_shards are the servers' to fill in).
+ */
+#ifndef TFX_PS_C_API_H_
+#define TFX_PS_C_API_H_
+
+#include <stdint.h>
+
+#include "custom_ops/embedding/core/c_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TFX_PS_API __attribute__((visibility("default")))
+
+/* Serves the tables of one parameter server until every worker has said
+ * goodbye (returns 0), or a worker vanishes or the serve fails (returns the
+ * code; err names the worker). service_server: a tfx_service server id whose
+ * clients are the workers, in worker order; it is not destroyed here. */
+TFX_PS_API int32_t tfx_ps_serve(int64_t service_server, int32_t server_index, int32_t num_servers,
+                                int32_t num_workers, int32_t synchronous, double timeout_s, char* err,
+                                int32_t err_len);
+
+/* A worker's client over a tfx_service client id connected to every server
+ * in server order (not owned). Returns an id > 0. */
+TFX_PS_API int64_t tfx_ps_client_create(int64_t service_client, int32_t num_servers, int32_t worker);
+TFX_PS_API int32_t tfx_ps_client_destroy(int64_t id);
+TFX_PS_API int32_t tfx_ps_create_table(int64_t id, const tfx_emb_table_config* config, char* err,
+                                       int32_t err_len);
+/* Lays the table's slots out for optimizer (sent when the model's optimizer
+ * is known; rows keep their values). */
+TFX_PS_API int32_t tfx_ps_set_optimizer(int64_t id, int64_t table_id, const tfx_emb_optimizer* optimizer,
+                                        char* err, int32_t err_len);
+TFX_PS_API int32_t tfx_ps_lookup(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, float* out,
+                                 char* err, int32_t err_len);
+TFX_PS_API int32_t tfx_ps_push(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, const float* grads,
+                               float learning_rate, char* err, int32_t err_len);
+TFX_PS_API int32_t tfx_ps_step_done(int64_t id, char* err, int32_t err_len);
+/* Steps this worker has closed. */
+TFX_PS_API int64_t tfx_ps_steps(int64_t id);
+TFX_PS_API int32_t tfx_ps_save(int64_t id, int64_t table_id, const char* prefix, char* err, int32_t err_len);
+TFX_PS_API int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, int32_t n, char* err,
+                                  int32_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TFX_PS_C_API_H_ */

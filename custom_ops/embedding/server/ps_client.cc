@@ -1,0 +1,185 @@
+#include "custom_ops/embedding/server/ps_client.h"
+
+#include <cstring>
+
+#include "custom_ops/comm/core/service/service_c_api.h"
+#include "custom_ops/embedding/server/codec.h"
+#include "custom_ops/embedding/server/protocol.h"
+
+namespace tfx::ps {
+
+using embedding::Code;
+using embedding::Status;
+
+namespace {
+
+// Service codes are tfx::comm::Code: 1 invalid argument, 2 timeout, 3 peer
+// gone, 4 protocol, 5 mismatch, 6 internal, 7 aborted.
+Code FromServiceCode(int32_t code) {
+  switch (code) {
+    case 1: return Code::kInvalidArgument;
+    case 2: return Code::kFailedPrecondition;
+    default: return Code::kInternal;
+  }
+}
+
+void* IntoVector(void* arg, int64_t len) {
+  auto* v = static_cast<std::vector<char>*>(arg);
+  v->resize(static_cast<size_t>(len));
+  return v->data();
+}
+
+}  // namespace
+
+PsClient::PsClient(int64_t service_client, int num_servers, int worker)
+    : service_client_(service_client), num_servers_(num_servers), worker_(worker) {}
+
+Status PsClient::CallAll(uint16_t kind, const std::vector<std::string>& payloads,
+                         std::vector<std::vector<char>>* replies) {
+  std::vector<std::vector<char>> local;
+  if (replies == nullptr) replies = &local;
+  replies->assign(num_servers_, {});
+  std::vector<tfx_service_request> requests;
+  for (int s = 0; s < num_servers_; ++s) {
+    if (payloads[s].empty()) continue;  // nothing for this server
+    tfx_service_request r{};
+    r.server = s;
+    r.kind = kind;
+    r.payload = payloads[s].data();
+    r.payload_bytes = static_cast<int64_t>(payloads[s].size());
+    r.alloc = &IntoVector;
+    r.alloc_arg = &(*replies)[s];
+    requests.push_back(r);
+  }
+  if (requests.empty()) return Status::Ok();
+  char err[2048] = {0};
+  const int32_t rc = tfx_service_client_call(service_client_, requests.data(),
+                                             static_cast<int32_t>(requests.size()), err, sizeof(err));
+  if (rc != 0)
+    return Status(FromServiceCode(rc), std::string("worker ") + std::to_string(worker_) + ": " + KindName(kind) +
+                                           " failed: " + err);
+  return Status::Ok();
+}
+
+void PsClient::Route(const int64_t* ids, int64_t n, bool dynamic,
+                     std::vector<std::vector<int64_t>>* positions) const {
+  positions->assign(num_servers_, {});
+  std::vector<int32_t> shard(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    // Negative ids of a fixed table go to server 0, which names them in its error.
+    const int32_t s = (!dynamic && ids[i] < 0) ? 0 : embedding::ShardOf(ids[i], num_servers_, dynamic);
+    (*positions)[s].push_back(i);
+  }
+}
+
+Status PsClient::Info(int64_t table_id, TableInfo* info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(table_id);
+  if (it == tables_.end())
+    return Status(Code::kNotFound, "worker " + std::to_string(worker_) + ": table " + std::to_string(table_id) +
+                                       " was not created on the parameter servers");
+  *info = it->second;
+  return Status::Ok();
+}
+
+Status PsClient::CreateTable(const embedding::TableConfig& config) {
+  TFX_EMB_RETURN_IF_ERROR(CallAll(kCreateTable, std::vector<std::string>(num_servers_, EncodeCreateTable(config))));
+  std::lock_guard<std::mutex> lock(mu_);
+  tables_[config.table_id] = TableInfo{config.dim, config.dynamic()};
+  return Status::Ok();
+}
+
+Status PsClient::SetOptimizer(int64_t table_id, const embedding::OptimizerConfig& optimizer) {
+  return CallAll(kSetOptimizer, std::vector<std::string>(num_servers_, EncodeSetOptimizer(table_id, optimizer)));
+}
+
+Status PsClient::Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* out) {
+  TableInfo info;
+  TFX_EMB_RETURN_IF_ERROR(Info(table_id, &info));
+  std::vector<std::vector<int64_t>> positions;
+  Route(ids, n, info.dynamic, &positions);
+  std::vector<std::string> payloads(num_servers_);
+  std::vector<int64_t> mine;
+  for (int s = 0; s < num_servers_; ++s) {
+    if (positions[s].empty()) continue;
+    mine.clear();
+    for (int64_t i : positions[s]) mine.push_back(ids[i]);
+    Writer w;
+    w.Put(table_id);
+    w.Put(steps_.load());
+    w.PutArray(mine.data(), static_cast<int64_t>(mine.size()));
+    payloads[s] = std::move(w.bytes());
+  }
+  std::vector<std::vector<char>> replies;
+  TFX_EMB_RETURN_IF_ERROR(CallAll(kLookup, payloads, &replies));
+  const size_t row_bytes = static_cast<size_t>(info.dim) * sizeof(float);
+  for (int s = 0; s < num_servers_; ++s) {
+    if (replies[s].size() != positions[s].size() * row_bytes)
+      return Status(Code::kInternal, "worker " + std::to_string(worker_) + ": parameter server " + std::to_string(s) +
+                                         " answered a lookup with " + std::to_string(replies[s].size()) +
+                                         " bytes, expected " + std::to_string(positions[s].size() * row_bytes));
+    for (size_t k = 0; k < positions[s].size(); ++k)
+      std::memcpy(out + positions[s][k] * info.dim, replies[s].data() + k * row_bytes, row_bytes);
+  }
+  return Status::Ok();
+}
+
+Status PsClient::Push(int64_t table_id, const int64_t* ids, int64_t n, const float* grads, float learning_rate) {
+  TableInfo info;
+  TFX_EMB_RETURN_IF_ERROR(Info(table_id, &info));
+  std::vector<std::vector<int64_t>> positions;
+  Route(ids, n, info.dynamic, &positions);
+  std::vector<std::string> payloads(num_servers_);
+  std::vector<int64_t> mine;
+  std::vector<float> rows;
+  for (int s = 0; s < num_servers_; ++s) {
+    if (positions[s].empty()) continue;
+    mine.clear();
+    rows.clear();
+    for (int64_t i : positions[s]) {
+      mine.push_back(ids[i]);
+      rows.insert(rows.end(), grads + i * info.dim, grads + (i + 1) * info.dim);
+    }
+    Writer w;
+    w.Put(table_id);
+    w.Put(steps_.load());
+    w.Put(learning_rate);
+    w.Put(0.0f);
+    w.PutArray(mine.data(), static_cast<int64_t>(mine.size()));
+    w.PutArray(rows.data(), static_cast<int64_t>(rows.size()));
+    payloads[s] = std::move(w.bytes());
+  }
+  TFX_EMB_RETURN_IF_ERROR(CallAll(kPush, payloads));
+  pushed_.store(true);
+  return Status::Ok();
+}
+
+Status PsClient::StepDone() {
+  if (!pushed_.exchange(false)) return Status::Ok();
+  Writer w;
+  w.Put(steps_.load());
+  TFX_EMB_RETURN_IF_ERROR(CallAll(kStepDone, std::vector<std::string>(num_servers_, w.bytes())));
+  steps_.fetch_add(1);
+  return Status::Ok();
+}
+
+Status PsClient::Save(int64_t table_id, const std::string& prefix) {
+  std::vector<std::string> payloads(num_servers_);
+  for (int s = 0; s < num_servers_; ++s) {
+    Writer w;
+    w.Put(table_id);
+    w.PutString(prefix + ".shard-" + std::to_string(s) + "-of-" + std::to_string(num_servers_));
+    payloads[s] = std::move(w.bytes());
+  }
+  return CallAll(kSave, payloads);
+}
+
+Status PsClient::Restore(int64_t table_id, const std::vector<std::string>& paths) {
+  Writer w;
+  w.Put(table_id);
+  w.Put(static_cast<uint32_t>(paths.size()));
+  for (const std::string& p : paths) w.PutString(p);
+  return CallAll(kRestore, std::vector<std::string>(num_servers_, w.bytes()));
+}
+
+}  // namespace tfx::ps

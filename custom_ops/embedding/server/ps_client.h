@@ -1,0 +1,68 @@
+// A worker's side of the parameter servers: routes each id to the server
+// that holds its row, sends one request per server at once (the servers work
+// in parallel), and puts the replies back in the caller's order. Counts the
+// worker's synchronous steps: a step that pushed anything is closed by
+// StepDone, and lookups ask for every closed step to have been applied.
+//
+// Thread-safe: TensorFlow may run the lookups of several tables at once. The
+// step counter is read by lookups and pushes and advanced by StepDone; the
+// program orders a step's pushes before its StepDone (they are stateful ops
+// of one function).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "custom_ops/embedding/core/status.h"
+#include "custom_ops/embedding/core/table.h"
+
+namespace tfx::ps {
+
+class PsClient {
+ public:
+  // service_client: a tfx_service client id connected to the servers, in
+  // server order. Does not own it.
+  PsClient(int64_t service_client, int num_servers, int worker);
+
+  embedding::Status CreateTable(const embedding::TableConfig& config);
+  embedding::Status SetOptimizer(int64_t table_id, const embedding::OptimizerConfig& optimizer);
+  // out: n * dim floats, the rows of ids (in order; ids may repeat).
+  embedding::Status Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* out);
+  embedding::Status Push(int64_t table_id, const int64_t* ids, int64_t n, const float* grads,
+                         float learning_rate);
+  // Ends this worker's step if it pushed anything since the last one.
+  embedding::Status StepDone();
+  // Each server writes its shard to prefix + ".shard-<s>-of-<S>".
+  embedding::Status Save(int64_t table_id, const std::string& prefix);
+  // Each server reads its rows from all of paths (written by any number of shards).
+  embedding::Status Restore(int64_t table_id, const std::vector<std::string>& paths);
+
+  int64_t steps() const { return steps_.load(); }
+  int num_servers() const { return num_servers_; }
+
+ private:
+  struct TableInfo {
+    int64_t dim;
+    bool dynamic;
+  };
+  // Requests (kind, payload per server) to every server; checks every reply.
+  embedding::Status CallAll(uint16_t kind, const std::vector<std::string>& payloads,
+                            std::vector<std::vector<char>>* replies = nullptr);
+  embedding::Status Info(int64_t table_id, TableInfo* info);
+  // positions[s]: indices into ids of the ids server s holds.
+  void Route(const int64_t* ids, int64_t n, bool dynamic, std::vector<std::vector<int64_t>>* positions) const;
+
+  const int64_t service_client_;
+  const int num_servers_;
+  const int worker_;
+  std::atomic<int64_t> steps_{0};      // steps this worker has closed
+  std::atomic<bool> pushed_{false};    // pushed since the last StepDone
+  std::mutex mu_;
+  std::map<int64_t, TableInfo> tables_;  // guarded by mu_
+};
+
+}  // namespace tfx::ps

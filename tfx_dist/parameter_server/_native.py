@@ -1,0 +1,58 @@
+"""ctypes bindings of the parameter server's C API (custom_ops/embedding/server/ps_c_api.h).
+
+The server and client live in libtfx_embedding, beside the table store they
+serve; the TensorFlow kernels (`_ps_ops.so`) link the same library and find a
+client by the id created here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+from tfx_dist.embedding import _native as store
+
+_i64_p = ctypes.POINTER(ctypes.c_int64)
+_f32_p = ctypes.POINTER(ctypes.c_float)
+_err = [ctypes.c_char_p, ctypes.c_int32]
+ERR_LEN = store.ERR_LEN
+
+_SIGNATURES = {
+    "tfx_ps_serve": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
+                                      ctypes.c_int32, ctypes.c_double] + _err),
+    "tfx_ps_client_create": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]),
+    "tfx_ps_client_destroy": (ctypes.c_int32, [ctypes.c_int64]),
+    "tfx_ps_create_table": (ctypes.c_int32, [ctypes.c_int64, ctypes.POINTER(store.TableConfig)] + _err),
+    "tfx_ps_set_optimizer": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64,
+                                              ctypes.POINTER(store.OptimizerConfig)] + _err),
+    "tfx_ps_lookup": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p] + _err),
+    "tfx_ps_push": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p,
+                                     ctypes.c_float] + _err),
+    "tfx_ps_step_done": (ctypes.c_int32, [ctypes.c_int64] + _err),
+    "tfx_ps_steps": (ctypes.c_int64, [ctypes.c_int64]),
+    "tfx_ps_save": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p] + _err),
+    "tfx_ps_restore": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p),
+                                        ctypes.c_int32] + _err),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def lib() -> ctypes.CDLL:
+    so = store.lib()
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(so, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return so
+
+
+class ParameterServerError(RuntimeError):
+    """A parameter-server request failed; the message names the server, table and worker."""
+
+
+def check(code: int, err) -> None:
+    if code != 0:
+        raise ParameterServerError(err.value.decode("utf-8", "replace"))
+
+
+def error_buffer():
+    return ctypes.create_string_buffer(ERR_LEN)

@@ -1,0 +1,34 @@
+"""A `ps` task: serves its shard of every table until the workers are done."""
+
+from __future__ import annotations
+
+import sys
+
+from tfx_dist import settings
+from tfx_dist.cluster import ClusterInfo
+from tfx_dist.comm.service import ServiceServer
+from tfx_dist.parameter_server import _native
+
+
+def serve(info: ClusterInfo, synchronous: bool, timeout_s: float | None = None) -> int:
+    """Serves as parameter server ``info.task_index``; returns the process's exit status.
+
+    0 once every worker has said goodbye; 1, with the reason on stderr (the
+    worker that vanished or went silent, named), otherwise.
+    """
+    timeout_s = float(settings.get("TFX_TIMEOUT_S", timeout_s))
+    servers = list(info.ps_addresses)
+    labels = [f"worker {w} ({address})" for w, address in enumerate(info.worker_addresses)]
+    server = ServiceServer(info.task_index, servers, info.num_workers, timeout_s=timeout_s,
+                           client_labels=labels)
+    try:
+        err = _native.error_buffer()
+        code = _native.lib().tfx_ps_serve(server.handle, info.task_index, len(servers), info.num_workers,
+                                          int(synchronous), timeout_s, err, _native.ERR_LEN)
+    finally:
+        server.close()
+    if code != 0:
+        print(f"tfx_dist parameter server {info.task_index} ({servers[info.task_index]}): "
+              f"{err.value.decode('utf-8', 'replace')}", file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -1,0 +1,163 @@
+"""`tfx_dist.ParameterServerStrategy`: embedding tables on parameter servers, for Keras 3.
+
+TensorFlow's own `ParameterServerStrategy` does not run under Keras 3
+(keras-team/keras#18624: Keras 3 has no `ClusterCoordinator` path). This one
+runs the same program on every task of a ``TF_CONFIG`` job with ``ps`` tasks:
+
+* on a ``ps`` task, constructing the strategy serves that server's shard of
+  every table and exits the process (status 0 once every worker has finished,
+  non-zero naming the workers if they vanish);
+* on the chief and the workers it is a `tfx_dist.MultiWorkerMirroredStrategy`
+  (Keras averages logs across workers, each worker reads its shard of the
+  data) whose `tfx_dist.layers.ShardedEmbedding` tables live on the servers,
+  sharded by row, trained there by the servers' copy of the model's Keras
+  optimizer. Dense variables are mirrored on the workers and all-reduced.
+
+Synchronous by default: every step applies the gradients of all workers once,
+and no worker reads a table before the previous step has been applied
+everywhere (``custom_ops/embedding/server/parameter_server.h``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import sys
+import threading
+
+import tensorflow as tf
+
+from tfx_dist import _ops
+from tfx_dist import cluster as cluster_lib
+from tfx_dist.comm.service import ServiceClient
+from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
+                                                      MultiWorkerMirroredStrategy)
+from tfx_dist.parameter_server import _native, keras_hook, server
+from tfx_dist.parameter_server.remote_table import RemoteTable
+
+_MODES = ("sync", "async")
+
+
+class ParameterServerExtended(MultiWorkerMirroredExtended):
+    """The multi-worker extended, plus the tables' client and their gradients' route."""
+
+    def __init__(self, container_strategy, info, mode, **kwargs):
+        super().__init__(container_strategy, **kwargs)
+        servers = list(info.ps_addresses)
+        self._service = ServiceClient(info.rank, servers, info.num_workers,
+                                      timeout_s=kwargs.get("timeout_s"),
+                                      server_labels=[f"ps {s} ({a})" for s, a in enumerate(servers)])
+        self._ps_client = int(_native.lib().tfx_ps_client_create(self._service.handle, len(servers),
+                                                                  info.rank))
+        self._mode = mode
+        self._tables: list[RemoteTable] = []
+        self._step = threading.local()  # the pushes of the step being traced
+        self._closed = False
+        atexit.register(self.close_parameter_servers)
+        keras_hook.install()
+
+    # -- tables ------------------------------------------------------------------------------
+
+    def create_embedding_table(self, layer) -> RemoteTable:
+        """The table of a `ShardedEmbedding` (called when the layer is built)."""
+        table = RemoteTable(layer, self._ps_client, table_id=len(self._tables))
+        self._tables.append(table)
+        return table
+
+    def push_table_gradients(self, optimizer, grads, variables, learning_rate):
+        """Pushes the gradients of tables to the servers; returns the other (grad, var) lists.
+
+        Called by Keras's optimizer in each replica, before it all-reduces
+        gradients: a table's rows are summed by the servers, not the workers.
+        """
+        rest_grads, rest_vars = [], []
+        for grad, var in zip(grads, variables):
+            table = getattr(var, "_tfx_ps_table", None)
+            if table is None:
+                rest_grads.append(grad)
+                rest_vars.append(var)
+                continue
+            if grad is None:
+                continue
+            table.set_optimizer(optimizer)
+            op = table.push(grad, learning_rate)
+            pushes = getattr(self._step, "pushes", None)
+            if pushes is not None:
+                pushes.append(op)
+        return rest_grads, rest_vars
+
+    @contextlib.contextmanager
+    def collecting_pushes(self):
+        self._step.pushes = pushes = []
+        try:
+            yield pushes
+        finally:
+            self._step.pushes = None
+
+    def step_done(self, after=()):
+        """The op that ends this worker's step on the servers (if it pushed anything)."""
+        with tf.control_dependencies(list(after)):
+            return _ops.load_op_library("_ps_ops").tfx_ps_step_done(client_id=self._ps_client)
+
+    def close_parameter_servers(self) -> None:
+        """Says goodbye to the servers (they exit once every worker has)."""
+        if self._closed:
+            return
+        self._closed = True
+        _native.lib().tfx_ps_client_destroy(self._ps_client)
+        self._service.close()
+
+
+class ParameterServerStrategy(MultiWorkerMirroredStrategy):
+    """Data-parallel workers, with `ShardedEmbedding` tables on parameter servers.
+
+    Run the same program on every task of a job whose ``TF_CONFIG`` has ``ps``
+    tasks (``tfx-dist-run -n 2 --ps 2 python train.py`` does it locally).
+
+    Example:
+    ```python
+    strategy = tfx_dist.ParameterServerStrategy()   # on a ps task: serves, then exits
+    with strategy.scope():
+        ids = keras.Input((3,), dtype="int64")
+        x = tfx_dist.layers.ShardedEmbedding(10_000_000, 64, combiner="mean")(ids)
+        model = keras.Model(ids, keras.layers.Dense(1, activation="sigmoid")(x))
+        model.compile("adagrad", "binary_crossentropy")
+    model.fit(dataset, epochs=3)
+    ```
+
+    Programs written for TensorFlow's `ParameterServerStrategy` with a
+    `ClusterCoordinator` must drop the coordinator: every worker runs the
+    training loop itself, as with `MultiWorkerMirroredStrategy`.
+
+    Args:
+      cluster_resolver: optional; by default ``TF_CONFIG``.
+      mode: ``"sync"`` (each step applies every worker's gradients once) or
+        ``"async"`` (each push is applied on arrival).
+      devices, timeout_s: as for `tfx_dist.MultiWorkerMirroredStrategy`.
+
+    Raises:
+      ValueError: no ``ps`` task in the cluster, or a bad ``mode``.
+    """
+
+    def __init__(self, cluster_resolver=None, *, mode: str = "sync", devices=None, timeout_s=None):
+        if mode not in _MODES:
+            raise ValueError(f"Expected mode to be one of {_MODES}. Received: mode={mode!r}")
+        info = cluster_lib.resolve(cluster_resolver)
+        if not info.ps_addresses:
+            raise ValueError(
+                "ParameterServerStrategy needs parameter servers: TF_CONFIG's cluster has no \"ps\" "
+                f"tasks (received jobs {sorted(info.cluster or {})}). Add them, e.g. "
+                "`tfx-dist-run -n 2 --ps 2 ...`, or use tfx_dist.MultiWorkerMirroredStrategy.")
+        if info.task_type == "ps":
+            sys.exit(server.serve(info, synchronous=mode == "sync", timeout_s=timeout_s))
+        tf.distribute.Strategy.__init__(self, ParameterServerExtended(
+            self, info, mode, cluster_resolver=cluster_resolver, devices=devices, timeout_s=timeout_s))
+
+    def run(self, fn, args=(), kwargs=None, options=None):
+        """`tf.distribute.Strategy.run`, then the end of this worker's step on the servers."""
+        with self.extended.collecting_pushes() as pushes:
+            result = super().run(fn, args=args, kwargs=kwargs, options=options)
+        outputs = [t for t in tf.nest.flatten(result, expand_composites=True) if isinstance(t, tf.Tensor)]
+        self.extended.step_done(after=pushes + outputs)
+        return result
