@@ -70,6 +70,14 @@ LIBRARIES = (
         source_globs=("custom_ops/comm/cc/**/*.cc",),
         deps=("libtfx_comm",),
     ),
+    # Sharded embedding tables (pure C++, no TensorFlow): rows, optimizers,
+    # checkpoint files, C API for ctypes and the parameter server.
+    Library(
+        name="libtfx_embedding",
+        source_globs=("custom_ops/embedding/core/**/*.cc",),
+        tensorflow=False,
+        link_flags=("-Wl,-soname,libtfx_embedding.so",),
+    ),
 )
 
 

@@ -60,7 +60,7 @@ void ApplyFtrl(const OptimizerConfig& c, const StepConstants& k, int64_t dim, co
   const float shrinkage2 = F(2 * c.l2_shrinkage_regularization_strength);
   const float l1 = F(c.l1_regularization_strength);
   const float two_l2_reg = 2.0f * k.ftrl_l2_reg;
-  const bool sqrt_power = c.learning_rate_power == -0.5;
+  const bool sqrt_power = c.learning_rate_power == -0.5;  // pow(x, 0.5), faster
   float* accum = var + dim;
   float* linear = var + 2 * dim;
   for (int64_t j = 0; j < dim; ++j) {

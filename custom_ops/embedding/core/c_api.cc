@@ -1,0 +1,185 @@
+#include "custom_ops/embedding/core/c_api.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "custom_ops/embedding/core/checkpoint.h"
+#include "custom_ops/embedding/core/table.h"
+
+using tfx::embedding::Code;
+using tfx::embedding::InvalidArgument;
+using tfx::embedding::Status;
+using tfx::embedding::TableShard;
+
+namespace {
+
+std::mutex g_mu;
+std::map<int64_t, std::shared_ptr<TableShard>> g_tables;
+int64_t g_next_id = 1;
+
+int32_t Report(const Status& st, char* err, int32_t len) {
+  if (err != nullptr && len > 0) {
+    std::strncpy(err, st.message().c_str(), static_cast<size_t>(len) - 1);
+    err[len - 1] = '\0';
+  }
+  return static_cast<int32_t>(st.code());
+}
+
+Status Find(int64_t id, std::shared_ptr<TableShard>* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_tables.find(id);
+  if (it == g_tables.end()) return Status(Code::kNotFound, "no embedding table with handle " + std::to_string(id));
+  *out = it->second;
+  return Status::Ok();
+}
+
+tfx::embedding::TableConfig ToConfig(const tfx_emb_table_config& in) {
+  using namespace tfx::embedding;
+  TableConfig c;
+  c.table_id = in.table_id;
+  c.name = in.name != nullptr ? in.name : "";
+  c.dim = in.dim;
+  c.num_rows = in.num_rows;
+  c.shard_index = in.shard_index;
+  c.num_shards = in.num_shards;
+  c.seed = in.seed;
+  c.initializer.kind = static_cast<InitializerKind>(in.initializer);
+  c.initializer.a = in.init_a;
+  c.initializer.b = in.init_b;
+  const tfx_emb_optimizer& o = in.optimizer;
+  c.optimizer.kind = static_cast<OptimizerKind>(o.kind);
+  c.optimizer.momentum = o.momentum;
+  c.optimizer.nesterov = o.nesterov != 0;
+  c.optimizer.initial_accumulator_value = o.initial_accumulator_value;
+  c.optimizer.epsilon = o.epsilon;
+  c.optimizer.beta_1 = o.beta_1;
+  c.optimizer.beta_2 = o.beta_2;
+  c.optimizer.amsgrad = o.amsgrad != 0;
+  c.optimizer.learning_rate_power = o.learning_rate_power;
+  c.optimizer.l1_regularization_strength = o.l1_regularization_strength;
+  c.optimizer.l2_regularization_strength = o.l2_regularization_strength;
+  c.optimizer.l2_shrinkage_regularization_strength = o.l2_shrinkage_regularization_strength;
+  c.optimizer.beta = o.beta;
+  return c;
+}
+
+// Runs fn(table) on the table named id, reporting its status.
+template <typename Fn>
+int32_t OnTable(int64_t id, char* err, int32_t err_len, Fn fn) {
+  std::shared_ptr<TableShard> table;
+  Status st = Find(id, &table);
+  if (st.ok()) {
+    try {
+      st = fn(table.get());
+    } catch (const std::bad_alloc&) {
+      st = Status(Code::kInternal, table->description() + ": out of memory");
+    }
+  }
+  return Report(st, err, err_len);
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t tfx_emb_abi(int64_t* out, int32_t n) {
+  const int64_t values[] = {TFX_EMB_ABI_VERSION, sizeof(tfx_emb_optimizer), sizeof(tfx_emb_table_config),
+                            sizeof(tfx_emb_table_info)};
+  for (int32_t i = 0; i < n && i < 4; ++i) out[i] = values[i];
+  return 4;
+}
+
+int32_t tfx_emb_create(const tfx_emb_table_config* config, int64_t* id, char* err, int32_t err_len) {
+  if (config == nullptr || id == nullptr) return Report(InvalidArgument("config and id must not be null"), err, err_len);
+  std::unique_ptr<TableShard> table;
+  Status st = TableShard::Create(ToConfig(*config), &table);
+  if (!st.ok()) return Report(st, err, err_len);
+  std::lock_guard<std::mutex> lock(g_mu);
+  *id = g_next_id++;
+  g_tables.emplace(*id, std::shared_ptr<TableShard>(std::move(table)));
+  return 0;
+}
+
+int32_t tfx_emb_destroy(int64_t id, char* err, int32_t err_len) {
+  std::shared_ptr<TableShard> table;  // freed outside the registry's lock
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_tables.find(id);
+  if (it == g_tables.end())
+    return Report(Status(Code::kNotFound, "no embedding table with handle " + std::to_string(id)), err, err_len);
+  table = std::move(it->second);
+  g_tables.erase(it);
+  return 0;
+}
+
+int32_t tfx_emb_info(int64_t id, tfx_emb_table_info* info, char* err, int32_t err_len) {
+  return OnTable(id, err, err_len, [&](TableShard* t) {
+    if (info == nullptr) return InvalidArgument("info must not be null");
+    info->dim = t->config().dim;
+    info->num_slots = t->num_slots();
+    info->record_floats = t->record_floats();
+    info->num_rows = t->NumRows();
+    info->stored_rows = t->NumStoredRows();
+    return Status::Ok();
+  });
+}
+
+int32_t tfx_emb_lookup(int64_t id, const int64_t* ids, int64_t n, float* out, char* err, int32_t err_len) {
+  return OnTable(id, err, err_len, [&](TableShard* t) { return t->Lookup(ids, n, out); });
+}
+
+int32_t tfx_emb_apply(int64_t id, const int64_t* ids, int64_t n, const float* grads, float learning_rate,
+                      int64_t step, char* err, int32_t err_len) {
+  return OnTable(id, err, err_len, [&](TableShard* t) {
+    tfx::embedding::StepParams params;
+    params.learning_rate = learning_rate;
+    params.step = step;
+    return t->ApplyGradients(ids, n, grads, params);
+  });
+}
+
+int32_t tfx_emb_read_record(int64_t id, int64_t row_id, float* out, int64_t out_len, char* err, int32_t err_len) {
+  return OnTable(id, err, err_len, [&](TableShard* t) {
+    if (out == nullptr || out_len < t->record_floats())
+      return InvalidArgument(t->description() + ": a record has " + std::to_string(t->record_floats()) +
+                             " floats, the output holds " + std::to_string(out_len));
+    return t->ReadRecord(row_id, out);
+  });
+}
+
+int32_t tfx_emb_save(int64_t id, const char* path, char* err, int32_t err_len) {
+  return OnTable(id, err, err_len, [&](TableShard* t) {
+    if (path == nullptr) return InvalidArgument("path must not be null");
+    return tfx::embedding::SaveShard(*t, path);
+  });
+}
+
+int32_t tfx_emb_restore(int64_t id, const char* const* paths, int32_t n_paths, char* err, int32_t err_len) {
+  return OnTable(id, err, err_len, [&](TableShard* t) {
+    if (n_paths < 0 || (n_paths > 0 && paths == nullptr)) return InvalidArgument("bad list of paths");
+    std::vector<std::string> files;
+    for (int32_t i = 0; i < n_paths; ++i) {
+      if (paths[i] == nullptr) return InvalidArgument("path " + std::to_string(i) + " is null");
+      files.emplace_back(paths[i]);
+    }
+    return tfx::embedding::RestoreShard(t, files);
+  });
+}
+
+int32_t tfx_emb_shard_of(const int64_t* ids, int64_t n, int32_t num_shards, int32_t dynamic, int32_t* out,
+                         char* err, int32_t err_len) {
+  if (num_shards < 1) return Report(InvalidArgument("num_shards must be >= 1"), err, err_len);
+  if (n < 0 || (n > 0 && (ids == nullptr || out == nullptr)))
+    return Report(InvalidArgument("bad ids or output"), err, err_len);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!dynamic && ids[i] < 0)
+      return Report(Status(Code::kOutOfRange, "id " + std::to_string(ids[i]) + " (position " + std::to_string(i) +
+                                                  ") is negative: fixed tables hold ids >= 0"),
+                    err, err_len);
+    out[i] = tfx::embedding::ShardOf(ids[i], num_shards, dynamic != 0);
+  }
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,1 @@
+"""Sharded embedding tables: the storage and optimizer core (``store``)."""

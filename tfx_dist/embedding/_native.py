@@ -1,0 +1,89 @@
+"""ctypes bindings of libtfx_embedding's C API (custom_ops/embedding/core/c_api.h)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+from tfx_dist import _ops
+
+# Keep in step with c_api.h (TFX_EMB_ABI_VERSION and the structs); checked on load.
+ABI_VERSION = 1
+ERR_LEN = 4096
+
+INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}
+OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3}
+
+_i64_p = ctypes.POINTER(ctypes.c_int64)
+_f32_p = ctypes.POINTER(ctypes.c_float)
+_err = [ctypes.c_char_p, ctypes.c_int32]
+
+
+class OptimizerConfig(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("nesterov", ctypes.c_int32), ("amsgrad", ctypes.c_int32),
+                ("reserved", ctypes.c_int32), ("momentum", ctypes.c_double),
+                ("initial_accumulator_value", ctypes.c_double), ("epsilon", ctypes.c_double),
+                ("beta_1", ctypes.c_double), ("beta_2", ctypes.c_double),
+                ("learning_rate_power", ctypes.c_double),
+                ("l1_regularization_strength", ctypes.c_double),
+                ("l2_regularization_strength", ctypes.c_double),
+                ("l2_shrinkage_regularization_strength", ctypes.c_double), ("beta", ctypes.c_double)]
+
+
+class TableConfig(ctypes.Structure):
+    _fields_ = [("table_id", ctypes.c_int64), ("name", ctypes.c_char_p), ("dim", ctypes.c_int64),
+                ("num_rows", ctypes.c_int64), ("shard_index", ctypes.c_int32),
+                ("num_shards", ctypes.c_int32), ("seed", ctypes.c_uint64),
+                ("initializer", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("init_a", ctypes.c_double), ("init_b", ctypes.c_double),
+                ("optimizer", OptimizerConfig)]
+
+
+class TableInfo(ctypes.Structure):
+    _fields_ = [("dim", ctypes.c_int64), ("num_slots", ctypes.c_int64),
+                ("record_floats", ctypes.c_int64), ("num_rows", ctypes.c_int64),
+                ("stored_rows", ctypes.c_int64)]
+
+
+_SIGNATURES = {
+    "tfx_emb_abi": [_i64_p, ctypes.c_int32],
+    "tfx_emb_create": [ctypes.POINTER(TableConfig), _i64_p] + _err,
+    "tfx_emb_destroy": [ctypes.c_int64] + _err,
+    "tfx_emb_info": [ctypes.c_int64, ctypes.POINTER(TableInfo)] + _err,
+    "tfx_emb_lookup": [ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p] + _err,
+    "tfx_emb_apply": [ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p, ctypes.c_float,
+                      ctypes.c_int64] + _err,
+    "tfx_emb_read_record": [ctypes.c_int64, ctypes.c_int64, _f32_p, ctypes.c_int64] + _err,
+    "tfx_emb_save": [ctypes.c_int64, ctypes.c_char_p] + _err,
+    "tfx_emb_restore": [ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32] + _err,
+    "tfx_emb_shard_of": [_i64_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
+                         ctypes.POINTER(ctypes.c_int32)] + _err,
+}
+
+
+def check_abi(so: ctypes.CDLL, path: str) -> None:
+    """Raises OpLibraryError unless the library's structs are the ones declared here."""
+    values = (ctypes.c_int64 * 4)()
+    so.tfx_emb_abi(values, 4)
+    theirs = tuple(values)
+    ours = (ABI_VERSION, ctypes.sizeof(OptimizerConfig), ctypes.sizeof(TableConfig),
+            ctypes.sizeof(TableInfo))
+    if theirs != ours:
+        raise _ops.OpLibraryError(
+            f"{path} does not match tfx_dist/embedding/_native.py: it reports ABI version and "
+            f"struct sizes {theirs}, the binding expects {ours}. {_ops._REBUILD}")
+
+
+@functools.lru_cache(maxsize=None)
+def lib() -> ctypes.CDLL:
+    path = _ops.library_path("libtfx_embedding")
+    if not os.path.exists(path):
+        raise _ops.OpLibraryError(f"tfx_dist's embedding store {path} is missing. {_ops._REBUILD}")
+    so = ctypes.CDLL(path)
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(so, name)
+        fn.restype = ctypes.c_int32
+        fn.argtypes = argtypes
+    check_abi(so, path)
+    return so
