@@ -74,9 +74,16 @@ LIBRARIES = (
     # checkpoint files, C API for ctypes and the parameter server.
     Library(
         name="libtfx_embedding",
-        source_globs=("custom_ops/embedding/core/**/*.cc",),
+        source_globs=("custom_ops/embedding/core/**/*.cc", "custom_ops/embedding/server/**/*.cc"),
         tensorflow=False,
+        deps=("libtfx_comm",),
         link_flags=("-Wl,-soname,libtfx_embedding.so",),
+    ),
+    # TensorFlow ops over the parameter-server client (TfxPsLookup, TfxPsPush, TfxPsStepDone).
+    Library(
+        name="_ps_ops",
+        source_globs=("custom_ops/embedding/cc/**/*.cc",),
+        deps=("libtfx_embedding", "libtfx_comm"),
     ),
 )
 

@@ -23,6 +23,7 @@ _EXPORTS = {
     "MirroredStrategy": "tfx_dist.mirrored_strategy",
     "MultiWorkerMirroredStrategy": "tfx_dist.multi_worker_mirrored_strategy",
     "OpLibraryError": "tfx_dist._ops",
+    "ParameterServerStrategy": "tfx_dist.parameter_server_strategy",
     "fused_reduce": "tfx_dist.local_reduce",
 }
 

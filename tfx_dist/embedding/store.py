@@ -147,14 +147,67 @@ Optimizer = Union[SGD, Adagrad, Adam, Ftrl]
 _OPTIMIZER_CODES = {SGD: "sgd", Adagrad: "adagrad", Adam: "adam", Ftrl: "ftrl"}
 
 
+# Keras optimizer features applied outside the update rule, which the store has not.
+_KERAS_EXTRAS = {
+    "weight_decay": "decoupled weight decay",
+    "use_ema": "exponential moving averages of the weights",
+    "gradient_accumulation_steps": "gradient accumulation",
+}
+
+
 def optimizer_from_keras(optimizer) -> Optimizer:
-    """The store's optimizer for a Keras SGD, Adagrad, Adam or Ftrl instance (same hyperparameters)."""
+    """The store's optimizer for a Keras SGD, Adagrad, Adam or Ftrl instance (same hyperparameters).
+
+    Clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) is Keras's to
+    do before the gradient reaches the store, so it is allowed.
+
+    Raises:
+      ValueError: another optimizer class (subclasses such as AdamW included),
+        or one of the features the store does not have.
+    """
     name = type(optimizer).__name__
     cls = {"SGD": SGD, "Adagrad": Adagrad, "Adam": Adam, "Ftrl": Ftrl}.get(name)
     if cls is None:
-        raise ValueError(f"Expected a Keras SGD, Adagrad, Adam or Ftrl optimizer. Received: {name}")
-    config = optimizer.get_config()
-    return cls(**{f.name: config[f.name] for f in dataclasses.fields(cls)})
+        raise ValueError(f"Embedding tables are trained by the store's copies of Keras's SGD, "
+                         f"Adagrad, Adam and Ftrl. Received: optimizer={name}")
+    for attribute, what in _KERAS_EXTRAS.items():
+        if getattr(optimizer, attribute, None):
+            raise ValueError(f"Embedding tables do not support {what} (`{attribute}=` of {name}): "
+                             f"the store applies only the update rule. Received: "
+                             f"{attribute}={getattr(optimizer, attribute)!r}")
+    # Attributes, not get_config(): this runs while Keras traces a step, where
+    # get_config() would read the learning-rate variable's value.
+    return cls(**{f.name: getattr(optimizer, f.name) for f in dataclasses.fields(cls)})
+
+
+def initializer_from_keras(initializer) -> Initializer:
+    """The store's initializer with the distribution of a Keras initializer.
+
+    The store's values are a function of the row id (the same whatever the
+    number of shards), not Keras's random stream: same distribution, other
+    numbers. A Keras ``seed`` becomes the table's seed (see `table_config`).
+
+    Raises:
+      ValueError: an initializer the store has no counterpart for.
+    """
+    import keras  # the store itself does not need Keras
+
+    config = initializer.get_config()
+    if isinstance(initializer, keras.initializers.RandomUniform):
+        return Uniform(config["minval"], config["maxval"])
+    if isinstance(initializer, keras.initializers.TruncatedNormal):
+        return TruncatedNormal(config["mean"], config["stddev"])
+    if isinstance(initializer, keras.initializers.RandomNormal):
+        return Normal(config["mean"], config["stddev"])
+    if isinstance(initializer, keras.initializers.Zeros):
+        return Zeros()
+    if isinstance(initializer, keras.initializers.Ones):
+        return Constant(1.0)
+    if isinstance(initializer, keras.initializers.Constant):
+        return Constant(float(config["value"]))
+    raise ValueError(f"Embedding tables are initialized by the store with uniform, normal, "
+                     f"truncated normal, zeros, ones or constant values. Received: "
+                     f"initializer={type(initializer).__name__}")
 
 
 def _initializer(init) -> Initializer:
@@ -169,17 +222,24 @@ def _initializer(init) -> Initializer:
     return init
 
 
-def _table_config(dim, num_rows, shard_index, num_shards, name, table_id, seed, initializer,
-                  optimizer) -> _native.TableConfig:
+def optimizer_config(optimizer: Optimizer) -> _native.OptimizerConfig:
+    """The C struct of a store optimizer (c_api.h's tfx_emb_optimizer)."""
     if type(optimizer) not in _OPTIMIZER_CODES:
         raise TypeError(f"Expected a tfx_dist.embedding.store optimizer (SGD, Adagrad, Adam, Ftrl). "
                         f"Received: {optimizer!r}")
-    init_name, init_fields = _INITIALIZER_CODES[type(initializer)]
-    params = [float(getattr(initializer, f)) for f in init_fields] + [0.0, 0.0]
     # Fields of other optimizers stay 0: the C++ side reads only its kind's.
     opt = _native.OptimizerConfig(kind=_native.OPTIMIZERS[_OPTIMIZER_CODES[type(optimizer)]])
     for field in dataclasses.fields(optimizer):
         setattr(opt, field.name, type(getattr(opt, field.name))(getattr(optimizer, field.name)))
+    return opt
+
+
+def table_config(dim, num_rows, shard_index, num_shards, name, table_id, seed, initializer,
+                 optimizer) -> _native.TableConfig:
+    """The C struct of a table (c_api.h's tfx_emb_table_config)."""
+    init_name, init_fields = _INITIALIZER_CODES[type(initializer)]
+    params = [float(getattr(initializer, f)) for f in init_fields] + [0.0, 0.0]
+    opt = optimizer_config(optimizer)
     return _native.TableConfig(
         table_id=table_id, name=name.encode(), dim=dim, num_rows=num_rows or 0,
         shard_index=shard_index, num_shards=num_shards, seed=seed & (2**64 - 1),
@@ -240,7 +300,7 @@ class TableShard:
         if num_rows is not None and num_rows <= 0:
             raise ValueError(f"Expected num_rows > 0, or None for a dynamic table. "
                              f"Received: num_rows={num_rows}")
-        config = _table_config(dim, num_rows, shard_index, num_shards, name, table_id, seed,
+        config = table_config(dim, num_rows, shard_index, num_shards, name, table_id, seed,
                                _initializer(initializer), optimizer)
         handle, err = ctypes.c_int64(0), _err()
         _check(self._lib.tfx_emb_create(ctypes.byref(config), ctypes.byref(handle), err,

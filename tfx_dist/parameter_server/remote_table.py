@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import ctypes
 
-import keras
 import tensorflow as tf
 
 from tfx_dist import _ops
-from tfx_dist.embedding import _native as store
+from tfx_dist.embedding import store
 from tfx_dist.parameter_server import _native
-from tfx_dist.parameter_server.optimizers import server_optimizer
 
 # A dense shape for the anchor's gradient: the rows it names are ids, not
 # positions in a variable of that size (dynamic tables have no size).
@@ -31,39 +29,6 @@ def _ops_lib():
     return _ops.load_op_library("_ps_ops")
 
 
-def initializer_config(initializer, layer_name: str) -> tuple[int, float, float, int]:
-    """(kind, a, b, seed) of a Keras initializer, for the servers' row initializer."""
-    config = initializer.get_config()
-    seed = config.get("seed") or 0
-    kinds = {
-        keras.initializers.RandomUniform: ("uniform", "minval", "maxval"),
-        keras.initializers.RandomNormal: ("normal", "mean", "stddev"),
-        keras.initializers.TruncatedNormal: ("truncated_normal", "mean", "stddev"),
-    }
-    if type(initializer) in kinds:
-        kind, a, b = kinds[type(initializer)]
-        return store.INITIALIZERS[kind], float(config[a]), float(config[b]), int(seed)
-    if isinstance(initializer, keras.initializers.Zeros):
-        return store.INITIALIZERS["zeros"], 0.0, 0.0, 0
-    if isinstance(initializer, keras.initializers.Ones):
-        return store.INITIALIZERS["constant"], 1.0, 0.0, 0
-    if isinstance(initializer, keras.initializers.Constant):
-        return store.INITIALIZERS["constant"], float(config["value"]), 0.0, 0
-    raise ValueError(
-        f"ShardedEmbedding '{layer_name}': parameter servers initialize rows with uniform, normal, "
-        f"truncated_normal, zeros, ones or constant initializers. Received: "
-        f"embeddings_initializer={type(initializer).__name__}")
-
-
-def optimizer_struct(settings: dict) -> store.OptimizerConfig:
-    o = store.OptimizerConfig()
-    o.kind = store.OPTIMIZERS[settings["kind"]]
-    for name, value in settings.items():
-        if name != "kind":
-            setattr(o, name, int(value) if isinstance(value, bool) else value)
-    return o
-
-
 class RemoteTable:
     """The table of one `ShardedEmbedding` layer, sharded over the parameter servers."""
 
@@ -72,11 +37,15 @@ class RemoteTable:
         self.dim = layer.output_dim
         self.table_id = table_id
         self._client_id = client_id
-        self._optimizer = None  # the settings last sent to the servers
-        kind, a, b, seed = initializer_config(layer.embeddings_initializer, layer.name)
-        config = store.TableConfig(table_id=table_id, name=layer.name.encode(), dim=layer.output_dim,
-                                   num_rows=layer.input_dim or 0, seed=seed, initializer=kind,
-                                   init_a=a, init_b=b, optimizer=optimizer_struct({"kind": "sgd"}))
+        self._optimizer = None  # the store optimizer last sent to the servers
+        try:
+            initializer = store.initializer_from_keras(layer.embeddings_initializer)
+        except ValueError as e:
+            raise ValueError(f"ShardedEmbedding '{layer.name}': {e}") from None
+        seed = layer.embeddings_initializer.get_config().get("seed") or 0
+        # Shard fields are the servers' to fill; the optimizer comes when known.
+        config = store.table_config(layer.output_dim, layer.input_dim, 0, 1, layer.name, table_id, seed,
+                                    initializer, store.SGD())
         err = _native.error_buffer()
         _native.check(_native.lib().tfx_ps_create_table(client_id, ctypes.byref(config), err,
                                                          _native.ERR_LEN), err)
@@ -104,14 +73,17 @@ class RemoteTable:
 
     def set_optimizer(self, optimizer) -> None:
         """Tells the servers which rule trains this table (once per optimizer)."""
-        settings = server_optimizer(optimizer)
-        if settings == self._optimizer:
+        try:
+            rule = store.optimizer_from_keras(optimizer)
+        except ValueError as e:
+            raise ValueError(f"ShardedEmbedding '{self.name}' on parameter servers: {e}") from None
+        if rule == self._optimizer:
             return
         err = _native.error_buffer()
         _native.check(_native.lib().tfx_ps_set_optimizer(
-            self._client_id, self.table_id, ctypes.byref(optimizer_struct(settings)), err,
+            self._client_id, self.table_id, ctypes.byref(store.optimizer_config(rule)), err,
             _native.ERR_LEN), err)
-        self._optimizer = settings
+        self._optimizer = rule
 
     def push(self, gradient, learning_rate):
         """The op that sends this replica's gradient rows (`tf.IndexedSlices`) to the servers."""

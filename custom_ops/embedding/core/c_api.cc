@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "custom_ops/embedding/core/c_config.h"
 #include "custom_ops/embedding/core/checkpoint.h"
 #include "custom_ops/embedding/core/table.h"
 
@@ -33,36 +34,6 @@ Status Find(int64_t id, std::shared_ptr<TableShard>* out) {
   if (it == g_tables.end()) return Status(Code::kNotFound, "no embedding table with handle " + std::to_string(id));
   *out = it->second;
   return Status::Ok();
-}
-
-tfx::embedding::TableConfig ToConfig(const tfx_emb_table_config& in) {
-  using namespace tfx::embedding;
-  TableConfig c;
-  c.table_id = in.table_id;
-  c.name = in.name != nullptr ? in.name : "";
-  c.dim = in.dim;
-  c.num_rows = in.num_rows;
-  c.shard_index = in.shard_index;
-  c.num_shards = in.num_shards;
-  c.seed = in.seed;
-  c.initializer.kind = static_cast<InitializerKind>(in.initializer);
-  c.initializer.a = in.init_a;
-  c.initializer.b = in.init_b;
-  const tfx_emb_optimizer& o = in.optimizer;
-  c.optimizer.kind = static_cast<OptimizerKind>(o.kind);
-  c.optimizer.momentum = o.momentum;
-  c.optimizer.nesterov = o.nesterov != 0;
-  c.optimizer.initial_accumulator_value = o.initial_accumulator_value;
-  c.optimizer.epsilon = o.epsilon;
-  c.optimizer.beta_1 = o.beta_1;
-  c.optimizer.beta_2 = o.beta_2;
-  c.optimizer.amsgrad = o.amsgrad != 0;
-  c.optimizer.learning_rate_power = o.learning_rate_power;
-  c.optimizer.l1_regularization_strength = o.l1_regularization_strength;
-  c.optimizer.l2_regularization_strength = o.l2_regularization_strength;
-  c.optimizer.l2_shrinkage_regularization_strength = o.l2_shrinkage_regularization_strength;
-  c.optimizer.beta = o.beta;
-  return c;
 }
 
 // Runs fn(table) on the table named id, reporting its status.
@@ -94,7 +65,7 @@ int32_t tfx_emb_abi(int64_t* out, int32_t n) {
 int32_t tfx_emb_create(const tfx_emb_table_config* config, int64_t* id, char* err, int32_t err_len) {
   if (config == nullptr || id == nullptr) return Report(InvalidArgument("config and id must not be null"), err, err_len);
   std::unique_ptr<TableShard> table;
-  Status st = TableShard::Create(ToConfig(*config), &table);
+  Status st = TableShard::Create(tfx::embedding::ConfigFromC(*config), &table);
   if (!st.ok()) return Report(st, err, err_len);
   std::lock_guard<std::mutex> lock(g_mu);
   *id = g_next_id++;

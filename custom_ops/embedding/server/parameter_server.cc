@@ -48,6 +48,8 @@ std::string Seconds(double s) {
 ParameterServer::ParameterServer(const ParameterServerOptions& options)
     : options_(options), closed_(options.num_workers, 0) {}
 
+ParameterServer::~ParameterServer() = default;
+
 int64_t ParameterServer::version() const {
   std::lock_guard<std::mutex> lock(mu_);
   return version_;

@@ -39,6 +39,7 @@ struct ParameterServerOptions {
 class ParameterServer {
  public:
   explicit ParameterServer(const ParameterServerOptions& options);
+  ~ParameterServer();
 
   // Where a reply's bytes go: returns room for n bytes.
   using ReplyBuffer = std::function<char*(size_t n)>;
