@@ -39,9 +39,9 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
-from tfx_dist import input_balance
+from tfx_dist.input import input_balance
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
-from tfx_dist.strategy_input import StrategyInput
+from tfx_dist.input.strategy_input import StrategyInput
 
 
 class _SingleProcessTransport:
