@@ -20,24 +20,16 @@ datasets they distribute when every replica of the worker runs on the
 worker's host CPU, and a worker with several such replicas reads the stream
 the multi-device iterator would have dealt out: consecutive elements, one per
 replica, in replica order (each read waits for the one before, so the order
-holds inside a graph too). GPUs keep the multi-device iterator, which
-prefetches to the device.
+holds inside a graph too; the reading itself is `tfx_dist._tf_compat.patches`).
+GPUs keep the multi-device iterator, which prefetches to the device.
 """
 
 from __future__ import annotations
-
-import threading
 
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import settings
-
-
-class _DirectOptions(tf.distribute.InputOptions):
-    """TensorFlow's direct-read options, marked as read for every local replica."""
-
-    __slots__ = ()
 
 
 def wanted(worker_devices, options, host=None) -> bool:
@@ -63,7 +55,7 @@ def wanted(worker_devices, options, host=None) -> bool:
 
 def adopt(distributed, options) -> None:
     """Makes `distributed` (not yet iterated) read directly if every input worker wants to."""
-    workers = distributed._input_workers  # pylint: disable=protected-access
+    workers = tfc.input_workers(distributed)
     if all(wanted(workers.compute_devices_for_worker(i), options, host)
            for i, host in enumerate(workers.worker_devices)):
         read_directly(distributed, options)
@@ -71,61 +63,5 @@ def adopt(distributed, options) -> None:
 
 def read_directly(distributed, options) -> None:
     """Makes the iterators of `distributed` (not yet iterated) read directly."""
-    _install()
-    direct = _DirectOptions(
-        experimental_fetch_to_device=False,
-        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
-        experimental_per_replica_buffer_size=(
-            options.experimental_per_replica_buffer_size if options is not None else 1))
-    # The iterators and their type spec read the mode from here, consistently.
-    distributed._options = direct  # pylint: disable=protected-access
-    assert not tfc.input_lib._should_use_multi_device_iterator(direct)  # pylint: disable=protected-access
-
-
-def _in_order(read, count: int, dependencies) -> list:
-    """``count`` results of ``read()``, each read after the previous one's outputs exist."""
-    results = []
-    for _ in range(count):
-        with tf.control_dependencies(dependencies(results[-1]) if results else []):
-            results.append(read())
-    return results
-
-
-def _element_tensors(element) -> list:
-    return tf.nest.flatten(element, expand_composites=True)
-
-
-_install_lock = threading.Lock()
-_installed = False
-
-
-def _install() -> None:
-    """Teaches TensorFlow's per-worker iterator to read one element per local replica.
-
-    TensorFlow's direct path reads one element per call; it only ever has one
-    replica there. The change applies to iterators with `_DirectOptions` only.
-    """
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        worker_iterator = tfc.input_lib._SingleWorkerDatasetIteratorBase  # pylint: disable=protected-access
-        get_next_as_list = worker_iterator.get_next_as_list
-        get_next_as_optional_list = worker_iterator.get_next_as_optional_list
-
-        def direct_get_next_as_list(self, name=None):
-            if not isinstance(self._options, _DirectOptions):
-                return get_next_as_list(self, name)
-            with tf.device(self._worker):
-                return _in_order(self._iterator.get_next, len(self._devices), _element_tensors)
-
-        def direct_get_next_as_optional_list(self):
-            if not isinstance(self._options, _DirectOptions):
-                return get_next_as_optional_list(self)
-            with tf.device(self._worker):
-                return _in_order(self._iterator.get_next_as_optional, len(self._devices),
-                                 lambda optional: [optional._variant_tensor])  # pylint: disable=protected-access
-
-        worker_iterator.get_next_as_list = direct_get_next_as_list
-        worker_iterator.get_next_as_optional_list = direct_get_next_as_optional_list
-        _installed = True
+    tfc.read_one_element_per_replica(
+        distributed, options.experimental_per_replica_buffer_size if options is not None else 1)

@@ -8,8 +8,9 @@ in a multi-worker job every other worker then waits for that one in its next
 collective. The wait does not hold the GIL (measured: a worker finished 120
 training steps while a background thread destroyed an iterator for 88 ms), so
 tfx_dist's strategies mark the datasets they distribute (`reap_in_background`) and
-their iterators, once garbage, are destroyed on one daemon thread. At exit,
-that thread is given time to finish before the interpreter shuts down.
+their iterators, once garbage, are destroyed on one daemon thread (the
+hand-over itself is in `tfx_dist._tf_compat.patches`). At exit, that thread is
+given time to finish before the interpreter shuts down.
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from __future__ import annotations
 import atexit
 import queue
 import threading
-import weakref
-
-import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 
@@ -34,7 +32,7 @@ _queue: queue.SimpleQueue | None = None
 def reap_in_background(distributed) -> None:
     """Iterators made from `distributed` from now on are destroyed in the background."""
     _install()
-    distributed._tfx_reap_iterators = True  # pylint: disable=protected-access
+    tfc.hand_over_dropped_iterators(distributed, _queue.put)
 
 
 def wait_idle(timeout_s: float = _EXIT_WAIT_S) -> bool:
@@ -54,17 +52,6 @@ def _reap_forever() -> None:
         del item  # the last references: handed-over tf.data iterators are destroyed here
 
 
-def _hand_over(workers: list) -> None:
-    # Runs in the thread that drops the distributed iterator. Take the tf.data
-    # iterators out of the per-worker wrappers so that the queue holds the
-    # last references, whatever this thread frees afterwards.
-    iterators = []
-    for worker in workers:
-        iterators.append(worker._iterator)  # pylint: disable=protected-access
-        worker._iterator = None  # pylint: disable=protected-access
-    _queue.put(iterators)
-
-
 def _install() -> None:
     global _queue
     with _lock:
@@ -73,15 +60,3 @@ def _install() -> None:
         _queue = queue.SimpleQueue()
         threading.Thread(target=_reap_forever, name="tfx_iterator_reaper", daemon=True).start()
         atexit.register(wait_idle)
-        for cls in (tfc.input_lib.DistributedDataset, tfc.input_lib.DistributedDatasetsFromFunction):
-            cls.__iter__ = _reaping_iter(cls.__iter__)
-
-
-def _reaping_iter(make_iterator):
-    def __iter__(self):
-        iterator = make_iterator(self)
-        if getattr(self, "_tfx_reap_iterators", False) and tf.executing_eagerly():
-            weakref.finalize(iterator, _hand_over, list(iterator._iterators))  # pylint: disable=protected-access
-        return iterator
-
-    return __iter__
