@@ -486,8 +486,8 @@ def worker_environments(num_workers: int, host: str, ports: Sequence[int],
         env["TFX_JOB_SECRET"] = secret
         env.setdefault("PYTHONUNBUFFERED", "1")
         # TensorFlow's default CPU allocator hands large buffers back to the
-        # OS, so every step page-faults its gradient buffers in again (64 MiB:
-        # 214 ms instead of 32 ms per all-reduce, measured here); its caching
+        # OS, so every step page-faults its gradient buffers in again, which
+        # costs more than reducing them (see BENCHMARKS.md); its caching
         # allocator keeps them.
         env.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
         envs.append(env)

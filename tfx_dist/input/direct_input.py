@@ -5,12 +5,10 @@ worker: a background thread fills a host-side buffer from the dataset, and a
 second pipeline per device (its own prefetch thread and tf.data autotuning
 thread) moves the elements to the device. When every replica runs on the CPU
 that holds the data there is nothing to move, only threads to hand elements
-over. Measured on this 2-core machine: a custom training step of the seeds'
-model on 4 logical CPUs took 16 ms through the multi-device iterator and
-9.6 ms reading directly (one CPU alone: 4-5 ms). And each epoch's new iterator
-must first destroy the old one, which waits for that pipeline's autotuning
-thread: 0.27-0.32 s at some epoch starts (2 workers); in a multi-worker job one
-worker's pause stalls all the others.
+over, and on a small CPU machine those hand-offs cost more than the rest of
+a training step (see BENCHMARKS.md). And each epoch's new iterator must first
+destroy the old one, which waits for that pipeline's autotuning thread; in a
+multi-worker job one worker's pause stalls all the others.
 
 TensorFlow already has the direct path for one replica per pipeline
 (``InputReplicationMode.PER_REPLICA`` without fetching to the device: the

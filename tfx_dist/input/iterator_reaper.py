@@ -2,12 +2,11 @@
 
 Keras makes a new distributed iterator every epoch (unless ``steps_per_epoch``
 is given) and drops the previous one. Destroying a tf.data iterator waits for
-its autotuning thread to stop, which on this machine took up to about 1 s
-(in one process, about one epoch in 16; more often in busy multi-worker jobs);
-in a multi-worker job every other worker then waits for that one in its next
-collective. The wait does not hold the GIL (measured: a worker finished 120
-training steps while a background thread destroyed an iterator for 88 ms), so
-tfx_dist's strategies mark the datasets they distribute (`reap_in_background`) and
+its autotuning thread to stop, which can take most of a second (see
+BENCHMARKS.md); in a multi-worker job every other worker then waits for that
+one in its next collective. The wait does not hold the GIL (a worker keeps
+training while a background thread destroys an iterator), so tfx_dist's
+strategies mark the datasets they distribute (`reap_in_background`) and
 their iterators, once garbage, are destroyed on one daemon thread (the
 hand-over itself is in `tfx_dist._tf_compat.patches`). At exit, that thread is
 given time to finish before the interpreter shuts down.
