@@ -267,7 +267,7 @@ def markdown(report: dict) -> str:
                   f"warm-up (timed from the end of a round's first step to the end of its last); "
                   f"median per-step time (IQR). Besides the reduction, the strategies differ in "
                   f"how replicas get their input: tfx_dist's CPU replicas read it directly, "
-                  f"TensorFlow's through its multi-device iterator (README, *Input*).", "",
+                  f"TensorFlow's through its multi-device iterator (docs/architecture.md, *Input*).", "",
                   common.table(["strategy", "cross-device ops", "ms/step (IQR)", "steps/s",
                                 "vs TF best"], rows), "",
                   f"- Target, `tfx_dist.MirroredStrategy` no slower than TF's: {verdict} "

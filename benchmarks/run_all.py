@@ -215,18 +215,29 @@ def git_commit() -> str | None:
         return None
 
 
-def gpu_section() -> list[str]:
-    """The GPU kernel's last timings, which only a machine with a GPU can take."""
-    path = os.path.join(common.RESULTS, "fused_reduce_gpu.md")
+def _copied_section(name: str, default_title: str, note: list[str]) -> list[str]:
+    """``benchmarks/results/<name>`` as a section of this file (its own title one level down)."""
+    path = os.path.join(common.RESULTS, name)
     if not os.path.exists(path):
         return []
     with open(path) as f:
         body = f.read().strip().splitlines()
-    # Its own title becomes a section of this file.
-    title = "#" + body[0] if body and body[0].startswith("# ") else "## TfxFusedReduce's GPU kernel"
-    return [title, "", "Not rerun by this command (this machine has no GPU): `make gpu-check` "
-            "(`scripts/gpu_check.sh`) on a machine with nvcc and a GPU rewrites "
-            "`benchmarks/results/fused_reduce_gpu.md`, which is copied here."] + body[1:] + [""]
+    title = "#" + body[0] if body and body[0].startswith("# ") else default_title
+    return [title] + ([""] + note if note else []) + body[1:] + [""]
+
+
+def gpu_section() -> list[str]:
+    """The GPU kernel's last timings, which only a machine with a GPU can take."""
+    return _copied_section(
+        "fused_reduce_gpu.md", "## TfxFusedReduce's GPU kernel",
+        ["Not rerun by this command (this machine has no GPU): `make gpu-check` "
+         "(`scripts/gpu_check.sh`) on a machine with nvcc and a GPU rewrites "
+         "`benchmarks/results/fused_reduce_gpu.md`, which is copied here."])
+
+
+def design_section() -> list[str]:
+    """The one-off measurements behind design choices (kept by hand in benchmarks/results/)."""
+    return _copied_section("design_measurements.md", "## Measurements behind design choices", [])
 
 
 def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
@@ -276,6 +287,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
             lines += [f"*Command: `{_relative(r['command'])}` ({r['wall_s']:.0f} s"
                       + (f"; {when(r)}" if when(r) else "") + ").*", ""]
     lines += gpu_section()
+    lines += design_section()
     missing = [r["script"] for r in runs.values() if r["status"] == "missing"]
     failed = [(r["script"], r) for r in runs.values() if r["status"] not in ("ok", "missing")]
     if missing or failed:

@@ -84,6 +84,35 @@ def test_tf_config_round_trips():
     assert cluster.parse_tf_config(info.tf_config()) == info
 
 
+@pytest.mark.parametrize("task_type,index", [("chief", 0), ("worker", 1), ("ps", 0)])
+def test_make_tf_config_round_trips_through_the_resolvers(monkeypatch, task_type, index):
+    text = cluster.make_tf_config(CHIEF_2W_PS, task_type, index, rpc_layer="grpc")
+    info = cluster.resolve(environ={"TF_CONFIG": text})
+    assert (info.task_type, info.task_index, info.rpc_layer) == (task_type, index, "grpc")
+    assert info.cluster_dict() == CHIEF_2W_PS
+    assert info.tf_config() == text
+    tf = pytest.importorskip("tensorflow")  # TensorFlow's own resolver reads it alike
+    monkeypatch.setenv("TF_CONFIG", text)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert resolver.cluster_spec().as_dict() == CHIEF_2W_PS
+    assert (resolver.task_type, resolver.task_id, resolver.rpc_layer) == (task_type, index, "grpc")
+    assert cluster.resolve(resolver) == dataclasses.replace(info, source=Source.CLUSTER_RESOLVER)
+
+
+@pytest.mark.parametrize("address,host,port", [("a:1", "a", 1), ("10.0.0.2:65535", "10.0.0.2", 65535),
+                                               ("[::1]:2222", "::1", 2222)])
+def test_split_address_and_join_address_are_inverse(address, host, port):
+    assert cluster.split_address(address) == (host, port)
+    assert cluster.join_address(host, port) == address
+
+
+@pytest.mark.parametrize("address", ["hostonly", "a:0", "a:99999", "::1:2222", ":1", 2222])
+def test_split_address_names_what_arrived(address):
+    with pytest.raises(ClusterConfigError, match=r"peer 1: expected an address \"host:port\"") as e:
+        cluster.split_address(address, "peer 1")
+    assert repr(address) in str(e.value) and cluster.EXPECTED_TF_CONFIG not in str(e.value)
+
+
 def test_cluster_info_is_frozen_and_hashable():
     info = cluster.resolve(environ=tf_config(CHIEF_2W_PS, "worker", 1))
     with pytest.raises(dataclasses.FrozenInstanceError):

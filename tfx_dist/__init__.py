@@ -8,7 +8,8 @@ The public names load lazily: ``import tfx_dist`` costs nothing (the launcher
 ``tfx-dist-run`` and ``tfx_dist.cluster`` need no TensorFlow), and the first
 use of a strategy or op imports TensorFlow and loads the op libraries, raising
 `tfx_dist.OpLibraryError` (with how to rebuild) if they are missing or were
-built for another TensorFlow.
+built for another TensorFlow, and `tfx_dist.UnsupportedTensorFlowError` if the
+running TensorFlow or Keras is not the minor version tfx_dist supports.
 """
 
 import importlib
@@ -24,6 +25,7 @@ _EXPORTS = {
     "MultiWorkerMirroredStrategy": "tfx_dist.multi_worker_mirrored_strategy",
     "OpLibraryError": "tfx_dist._ops",
     "ParameterServerStrategy": "tfx_dist.parameter_server_strategy",
+    "UnsupportedTensorFlowError": "tfx_dist._ops",
     "fused_reduce": "tfx_dist.local_reduce",
 }
 

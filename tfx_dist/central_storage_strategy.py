@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.cross_device_ops import FusedAllReduce
-from tfx_dist.strategy_input import StrategyInput
+from tfx_dist.input.strategy_input import StrategyInput
 
 
 class _CentralStorageExtended(StrategyInput,
@@ -19,7 +19,7 @@ class _CentralStorageExtended(StrategyInput,
     an aggregation method"), so TensorFlow's own strategy fails on the first
     `fit` of such a model. Every replica writes the same value there, so
     taking the first replica's is exact, as each copy of MirroredStrategy
-    would hold. Input as every tfx_dist strategy adopts it (see strategy_input).
+    would hold. Input as every tfx_dist strategy adopts it (see tfx_dist.input).
     """
 
     def __init__(self, container_strategy, compute_devices, parameter_device, bucket_bytes):

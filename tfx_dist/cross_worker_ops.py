@@ -166,9 +166,7 @@ class _Sequencer:
             # tf.function would otherwise chain every stateful op (these
             # collectives included) in program order; TensorFlow exempts its
             # own collectives the same way, by op type.
-            acd = getattr(graph, "experimental_acd_manager", None)
-            for op in {t.op for t in flat} if acd is not None else ():
-                acd.run_independently(op)
+            tfc.run_independently(graph, {t.op for t in flat})
         return out
 
 

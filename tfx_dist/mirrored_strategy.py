@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.cross_device_ops import FusedAllReduce
-from tfx_dist.strategy_input import StrategyInput
+from tfx_dist.input.strategy_input import StrategyInput
 
 
 class _FusedMirroredExtended(StrategyInput, tfc.mirrored_strategy.MirroredExtended):
@@ -15,7 +15,7 @@ class _FusedMirroredExtended(StrategyInput, tfc.mirrored_strategy.MirroredExtend
     TensorFlow sends int32 values to ReductionToOneDevice because NCCL has no
     int32 path; the fused op has one. Under XLA (no merge call) TensorFlow's
     collectives stay in charge: the fused op has no XLA kernel. Input as
-    every tfx_dist strategy adopts it (see strategy_input).
+    every tfx_dist strategy adopts it (see tfx_dist.input).
     """
 
     def _get_cross_device_ops(self, value):

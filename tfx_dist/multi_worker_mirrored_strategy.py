@@ -32,16 +32,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import weakref
 
 import keras
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
-from tfx_dist import input_balance
+from tfx_dist.input import input_balance
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
-from tfx_dist.strategy_input import StrategyInput
+from tfx_dist.input.strategy_input import StrategyInput
 
 
 class _SingleProcessTransport:
@@ -101,22 +100,8 @@ class MultiWorkerMirroredExtended(StrategyInput,
                 f"Received: task_type={info.task_type!r} (a {info.task_type!r} task does not "
                 f"train; do not create this strategy there).")
         self._cluster_info = info
-        self._communication_options = (communication_options
-                                       or tf.distribute.experimental.CommunicationOptions())
-        self._collective_key_base = 0
-        self._cluster_resolver = cluster_resolver or _cluster_resolver_for(info)
-        self._num_workers = info.num_workers
-        self._is_chief = info.is_chief
-        self._id_in_cluster = info.rank
-        self._task_type = info.task_type
-        self._task_id = info.task_index
-        self._cluster_spec = tf.train.ClusterSpec(info.cluster_dict()) if info.cluster else None
-        self._local_or_standalone_client_mode = False
-        self._rpc_layer = info.rpc_layer
-
         local_devices = _local_devices(devices)
-        self._worker_device = tfc.device_util.canonicalize("/device:CPU:0")
-        self._host_input_device = tfc.numpy_dataset.SingleDevice(self._worker_device)
+        worker_device = tfc.device_util.canonicalize("/device:CPU:0")
         if transport is None:
             transport = self._connect(info, timeout_s)
         if (transport.rank, transport.size) != (info.rank, info.num_workers):
@@ -124,15 +109,13 @@ class MultiWorkerMirroredExtended(StrategyInput,
                 f"The transport does not match the cluster: it is rank {transport.rank} of "
                 f"{transport.size}, the cluster says rank {info.rank} of {info.num_workers}.")
         self._transport = transport
-        self._cross_device_ops = CrossWorkerOps(transport, host_device=self._worker_device)
-        self._host_cross_device_ops = self._cross_device_ops
-        self._collective_keys = tfc.cross_device_utils.CollectiveKeys(group_key_start=1)
-        tfc.mirrored_strategy.MirroredExtended._initialize_single_worker(self, local_devices)
-        self._num_devices_per_worker = len(local_devices)
-        self._local_device_type = tf.DeviceSpec.from_string(local_devices[0]).device_type or "CPU"
-        self._cfer_fn_cache = weakref.WeakKeyDictionary()
-        self.experimental_enable_get_next_as_optional = True
-        self._use_var_policy = False
+        # What TensorFlow's __init__ would set, with our CrossDeviceOps for every reduction.
+        tfc.init_collective_extended(
+            self, cluster_resolver=cluster_resolver or _cluster_resolver_for(info), info=info,
+            local_devices=local_devices, worker_device=worker_device,
+            cross_device_ops=CrossWorkerOps(transport, host_device=worker_device),
+            communication_options=(communication_options
+                                   or tf.distribute.experimental.CommunicationOptions()))
         tf.get_logger().info(
             "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
             info.rank, info.num_workers, info.task_type, info.task_index, local_devices)
@@ -175,8 +158,8 @@ class MultiWorkerMirroredExtended(StrategyInput,
         if self._num_workers > 1 and input_balance.same_batch_count_on_every_worker(dataset):
             # No worker can run out before the others: skip TF's per-step
             # "has data" all-reduce (see input_balance).
-            distributed._enable_get_next_as_optional = False  # pylint: disable=protected-access
-            input_balance.check_locally_when_balanced(type(self._container_strategy()))
+            tfc.skip_partial_batch_check(distributed)
+            tfc.check_partial_batches_locally(type(self._container_strategy()))
         return distributed
 
     # -- variables start equal on every worker -------------------------------------------------

@@ -29,11 +29,12 @@ import threading
 import tensorflow as tf
 
 from tfx_dist import _ops
+from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
 from tfx_dist.comm.service import ServiceClient
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
-from tfx_dist.parameter_server import _native, keras_hook, server
+from tfx_dist.parameter_server import _native, server
 from tfx_dist.parameter_server.remote_table import RemoteTable
 
 _MODES = ("sync", "async")
@@ -55,7 +56,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         self._step = threading.local()  # the pushes of the step being traced
         self._closed = False
         atexit.register(self.close_parameter_servers)
-        keras_hook.install()
+        tfc.route_table_gradients()
 
     # -- tables ------------------------------------------------------------------------------
 

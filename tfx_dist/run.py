@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import random
 import secrets
@@ -61,8 +60,10 @@ import threading
 import time
 from typing import Deque, List, Optional, Sequence
 
-# Standard library only, on purpose: the launcher must start fast and must not
-# load TensorFlow (tfx_dist.cluster.make_tf_config writes the same TF_CONFIG).
+from tfx_dist.cluster import join_address, make_tf_config
+
+# The standard library and tfx_dist.cluster only, on purpose: the launcher must
+# start fast and must not load TensorFlow.
 
 PROGRESS_BAR = "━".encode()  # U+2501, what Keras 3's progress bar draws
 TAIL_LINES = 20              # stderr lines of a failed rank repeated at the end
@@ -187,10 +188,6 @@ def pick_ports(host: str, n: int, port_base: Optional[int] = None) -> List[int]:
                 return ports
     raise LaunchError(f"found only {len(ports)} free ports on {host} in {low}..{high}, "
                       f"need {n}")
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # --- output relay ------------------------------------------------------------------------------
@@ -480,18 +477,17 @@ def worker_environments(num_workers: int, host: str, ports: Sequence[int],
                         base: Optional[dict] = None) -> List[dict]:
     """Returns each worker's environment: ``base`` (default ``os.environ``) plus TF_CONFIG and the secret."""
     base = dict(os.environ if base is None else base)
-    cluster = {"worker": [_address(host, port) for port in ports]}
+    cluster = {"worker": [join_address(host, port) for port in ports]}
     secret = secrets.token_hex(32)
     envs = []
     for rank in range(num_workers):
         env = dict(base)
-        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
-                                       "task": {"type": "worker", "index": rank}})
+        env["TF_CONFIG"] = make_tf_config(cluster, "worker", rank)
         env["TFX_JOB_SECRET"] = secret
         env.setdefault("PYTHONUNBUFFERED", "1")
         # TensorFlow's default CPU allocator hands large buffers back to the
-        # OS, so every step page-faults its gradient buffers in again (64 MiB:
-        # 214 ms instead of 32 ms per all-reduce, measured here); its caching
+        # OS, so every step page-faults its gradient buffers in again, which
+        # costs more than reducing them (see BENCHMARKS.md); its caching
         # allocator keeps them.
         env.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
         envs.append(env)

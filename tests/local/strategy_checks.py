@@ -236,7 +236,7 @@ def drops_iterators_in_the_background(strategy):
     import threading
     import weakref
 
-    from tfx_dist import iterator_reaper
+    from tfx_dist.input import iterator_reaper
 
     def destroying_thread(distributed):
         iterator = iter(distributed)

@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from tfx_dist.direct_input import wanted
+from tfx_dist.input.direct_input import wanted
 
 CPU = "/job:worker/replica:0/task:0/device:CPU:0"
 Mode = tf.distribute.InputReplicationMode

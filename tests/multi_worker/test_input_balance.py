@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfx_dist.input_balance import same_batch_count_on_every_worker
+from tfx_dist.input.input_balance import same_batch_count_on_every_worker
 
 Policy = tf.data.experimental.AutoShardPolicy
 

@@ -15,6 +15,16 @@ class OpLibraryError(ImportError):
     """A native library of tfx_dist is missing or does not fit the running TensorFlow."""
 
 
+class UnsupportedTensorFlowError(ImportError):
+    """The running TensorFlow or Keras is not the version tfx_dist supports.
+
+    tfx_dist subclasses private tf.distribute classes and replaces a few of
+    their functions (`tfx_dist._tf_compat`), so it runs only on the minor
+    versions it was tested with. Defined here, beside `OpLibraryError`, so that
+    it can be caught without importing what raises it.
+    """
+
+
 def _build_info() -> dict:
     try:
         with open(os.path.join(_HERE, "build_info.json")) as f:

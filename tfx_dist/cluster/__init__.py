@@ -11,14 +11,16 @@ their public methods.
 """
 
 from tfx_dist.cluster.info import (ALLREDUCE_TASK_TYPES, EXPECTED_TF_CONFIG, TASK_TYPES,
-                                   ClusterConfigError, ClusterInfo, Source, make_tf_config)
-from tfx_dist.cluster.launchers import (expand_hostlist, from_horovod_env, from_mpi_env,
-                                        from_slurm_env)
+                                   ClusterConfigError, ClusterInfo, Source, join_address,
+                                   make_tf_config, split_address)
+from tfx_dist.cluster.launcher_env import (expand_hostlist, from_horovod_env, from_mpi_env,
+                                           from_slurm_env)
 from tfx_dist.cluster.resolution import from_cluster_resolver, resolve
 from tfx_dist.cluster.tf_config import parse_tf_config
 
 __all__ = [
     "ALLREDUCE_TASK_TYPES", "EXPECTED_TF_CONFIG", "TASK_TYPES", "ClusterConfigError",
     "ClusterInfo", "Source", "expand_hostlist", "from_cluster_resolver", "from_horovod_env",
-    "from_mpi_env", "from_slurm_env", "make_tf_config", "parse_tf_config", "resolve",
+    "from_mpi_env", "from_slurm_env", "join_address", "make_tf_config", "parse_tf_config",
+    "resolve", "split_address",
 ]

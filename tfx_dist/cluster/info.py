@@ -134,19 +134,34 @@ def make_tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, task_in
 _HOST_PORT = re.compile(r"^(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:/\[\]]+)):(?P<port>\d{1,5})$")
 
 
-def split_address(address: object, where: str) -> Tuple[str, int]:
-    """Returns (host, port) of "host:port" or "[ipv6]:port".
+def split_address(address: object, where: str = "address",
+                  expected_shape: Optional[str] = None) -> Tuple[str, int]:
+    """Returns (host, port) of "host:port" or "[ipv6]:port": tfx_dist's one address parser.
+
+    Example:
+      >>> split_address("[::1]:2222")
+      ('::1', 2222)
+
+    Args:
+      where: how the error names the address, e.g. ``TF_CONFIG cluster.worker[1]``.
+      expected_shape: shown in the error after what arrived, e.g. `EXPECTED_TF_CONFIG`.
 
     Raises:
-      ClusterConfigError: naming ``where`` (e.g. ``TF_CONFIG cluster.worker[1]``).
+      ClusterConfigError (a ValueError): not "host:port", or a port outside 1-65535.
     """
     match = _HOST_PORT.match(address) if isinstance(address, str) else None
     port = int(match.group("port")) if match else 0
     if not match or not 0 < port < 65536:
+        shape = f". Expected shape: {expected_shape}" if expected_shape else ""
         raise ClusterConfigError(
             f"{where}: expected an address \"host:port\" (port 1-65535, IPv6 as \"[::1]:port\"), "
-            f"received {address!r}. Expected shape: {EXPECTED_TF_CONFIG}")
+            f"received {address!r}{shape}")
     return match.group("ipv6") or match.group("host"), port
+
+
+def join_address(host: str, port: int) -> str:
+    """The inverse of `split_address`: "host:port", or "[host]:port" for an IPv6 host."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def from_cluster(cluster: object, task_type: object, task_index: object, *, source: Source,
@@ -182,7 +197,7 @@ def from_cluster(cluster: object, task_type: object, task_index: object, *, sour
             raise fail(f"`cluster.{job}` must be a non-empty list of \"host:port\" strings, "
                        f"received {addresses!r}")
         for i, address in enumerate(addresses):
-            split_address(address, f"{where} `cluster.{job}[{i}]`")
+            split_address(address, f"{where} `cluster.{job}[{i}]`", EXPECTED_TF_CONFIG)
             if address in seen:
                 raise fail(f"duplicate address {address!r}: `cluster.{job}[{i}]` and "
                            f"`cluster.{seen[address]}` (each task needs its own host:port)")
@@ -220,7 +235,7 @@ def from_cluster(cluster: object, task_type: object, task_index: object, *, sour
     address = normalized[task_type][task_index] if task_type in normalized else None
     local_rank = local_size = None
     if rank is not None:
-        host_of = [split_address(a, where)[0] for a in group]
+        host_of = [split_address(a, where, EXPECTED_TF_CONFIG)[0] for a in group]
         local_size = host_of.count(host_of[rank])
         local_rank = host_of[:rank].count(host_of[rank])
     return ClusterInfo(

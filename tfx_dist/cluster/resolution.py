@@ -7,7 +7,7 @@ import os
 from typing import Mapping, Optional
 
 from tfx_dist.cluster.info import ClusterConfigError, ClusterInfo, Source, from_cluster, single_process
-from tfx_dist.cluster.launchers import from_horovod_env, from_mpi_env, from_slurm_env
+from tfx_dist.cluster.launcher_env import from_horovod_env, from_mpi_env, from_slurm_env
 from tfx_dist.cluster.tf_config import parse_tf_config
 
 

@@ -41,6 +41,8 @@ import struct
 import threading
 import time
 
+from tfx_dist.cluster import split_address
+
 _log = logging.getLogger("tfx_dist.comm")
 
 MAGIC = b"TFXCOMM\x01"
@@ -64,14 +66,6 @@ class Connections:
     data_fds: list[int]   # [size]; -1 at this rank
     ctrl_fds: list[int]   # rank 0: [size] (one per other rank); others: [0] = rank 0
     same_host: list[bool]
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` -> (host, port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"Expected an address 'host:port'. Received: {address!r}")
-    return host.strip("[]"), int(port)
 
 
 def host_id() -> str:
@@ -121,7 +115,7 @@ class _Listener:
                  expected: set[tuple[int, int]] | None = None):
         self.rank, self.size, self.secret, self.deadline = rank, size, secret, deadline
         self.address = address
-        host, port = parse_address(address)
+        host, port = split_address(address)
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         self.sock = socket.socket(info[0], socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -227,7 +221,7 @@ class _Listener:
 
 def _connect(rank: int, size: int, server: int, address: str, channel: int, secret: bytes,
              deadline: float) -> tuple[socket.socket, str]:
-    host, port = parse_address(address)
+    host, port = split_address(address)
     last_error = None
     while True:
         if time.monotonic() > deadline:

@@ -13,10 +13,11 @@ every worker's copy of the pipeline yields the same global stream). Sharding
 by FILE splits files, which need not hold equal numbers of records.
 
 A strategy marks such a distributed dataset with TF's own flag
-(``_enable_get_next_as_optional = False``), which ``get_next`` honours.
+(`tfx_dist._tf_compat.skip_partial_batch_check`), which ``get_next`` honours.
 ``get_next_as_optional`` (Keras with ``steps_per_execution`` > 1) ignores it
-and always all-reduces; `check_locally_when_balanced` makes it check only the
-local replicas there, which then agree with every other worker's.
+and always all-reduces; `tfx_dist._tf_compat.check_partial_batches_locally`
+makes it check only the local replicas there, which then agree with every
+other worker's.
 
 Caveat, as in TensorFlow: a distributed iterator's type spec does not record
 the flag, so a ``tf.function`` traced with one iterator reuses its graph for
@@ -26,8 +27,6 @@ another of the same element spec from a differently sharded dataset.
 from __future__ import annotations
 
 import re
-import threading
-import types
 
 import tensorflow as tf
 
@@ -68,10 +67,10 @@ def _reads_files(dataset: tf.data.Dataset) -> bool:
         seen.add(id(ds))
         if _READS_FILES.search(type(ds).__name__):
             return True
-        for fn in ds._functions():  # pylint: disable=protected-access
-            if any(_READS_FILES.search(op) for op in _op_types(fn.function.graph)):
+        for graph in tfc.dataset_function_graphs(ds):
+            if any(_READS_FILES.search(op) for op in _op_types(graph)):
                 return True
-        todo.extend(ds._inputs())  # pylint: disable=protected-access
+        todo.extend(tfc.dataset_inputs(ds))
     return False
 
 
@@ -83,38 +82,3 @@ def _op_types(graph) -> set[str]:
         found.update(node.op for node in fn.node_def)
     return found
 
-
-_balanced_classes: set[type] = set()  # strategies whose balanced iterators check locally
-_local_check = threading.local()
-_NOT_MULTI_WORKER = types.SimpleNamespace(
-    extended=types.SimpleNamespace(_in_multi_worker_mode=lambda: False))
-
-
-def check_locally_when_balanced(strategy_class) -> None:
-    """Makes ``get_next_as_optional`` of balanced iterators of ``strategy_class`` local.
-
-    Idempotent. Other strategies' iterators keep TensorFlow's behaviour.
-    """
-    input_lib = tfc.input_lib
-    if not _balanced_classes:  # first call: wrap TF's two functions once
-        get_next_as_optional = input_lib.DistributedIterator.get_next_as_optional
-        replicas_with_values = input_lib._calculate_replicas_with_values
-
-        def balanced_get_next_as_optional(self):
-            if (self._enable_get_next_as_optional
-                    or not isinstance(self._strategy, tuple(_balanced_classes))):
-                return get_next_as_optional(self)
-            _local_check.active = True
-            try:
-                return get_next_as_optional(self)
-            finally:
-                _local_check.active = False
-
-        def local_replicas_with_values(strategy, input_workers, optional_list):
-            if getattr(_local_check, "active", False):
-                strategy = _NOT_MULTI_WORKER  # count this worker's replicas only
-            return replicas_with_values(strategy, input_workers, optional_list)
-
-        input_lib.DistributedIterator.get_next_as_optional = balanced_get_next_as_optional
-        input_lib._calculate_replicas_with_values = local_replicas_with_values
-    _balanced_classes.add(strategy_class)

@@ -7,7 +7,7 @@ background (`iterator_reaper`). Both apply before the first iteration.
 
 from __future__ import annotations
 
-from tfx_dist import direct_input, iterator_reaper
+from tfx_dist.input import direct_input, iterator_reaper
 
 
 class StrategyInput:

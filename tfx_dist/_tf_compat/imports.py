@@ -1,7 +1,7 @@
 """Every private TensorFlow import of tfx_dist, in one place.
 
 tf.distribute has no public API for new strategies: they subclass its classes
-and reuse its helpers. Supported and tested: TensorFlow 2.21 (see
+and reuse its helpers. Supported and tested: TensorFlow 2.21 (`versions`,
 pyproject.toml). A TensorFlow upgrade that moves these names touches this file only.
 """
 
@@ -28,7 +28,7 @@ from tensorflow.python.distribute import device_util  # noqa: F401
 from tensorflow.python.distribute import distribute_lib  # noqa: F401
 # SingleDevice: the host input device of a strategy.
 from tensorflow.python.distribute import numpy_dataset  # noqa: F401
-# DistributedIterator and the partial-batch check that tfx_dist skips for balanced input.
+# DistributedIterator and the per-worker iterators whose functions `patches` replaces.
 from tensorflow.python.distribute import input_lib  # noqa: F401
 # CheckpointInitialValue, unwrapped before broadcasting a variable's initial value.
 from tensorflow.python.trackable import base as trackable_base  # noqa: F401

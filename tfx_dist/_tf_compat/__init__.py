@@ -1,0 +1,45 @@
+"""Every touch of TensorFlow's internals in tfx_dist, in one package.
+
+tf.distribute has no public API for new strategies: tfx_dist subclasses its
+private classes, replaces a few of its functions and sets fields of its
+objects. A TensorFlow upgrade touches this package only:
+
+* `versions`: the supported TensorFlow and Keras minor versions, checked when
+  this package is imported (before any private import) with an error naming
+  the supported and the running version (`tfx_dist.UnsupportedTensorFlowError`).
+* `imports`: the private modules tfx_dist subclasses and calls.
+* `fields`: private fields of TensorFlow objects, read or set by functions
+  named for what they do.
+* `patches`: the functions of TensorFlow replaced at run time, installed once.
+
+Callers import the package (``from tfx_dist import _tf_compat as tfc``) and
+use the names below.
+"""
+
+from tfx_dist._tf_compat.versions import SUPPORTED_KERAS, SUPPORTED_TENSORFLOW, check_versions
+
+check_versions()
+
+# pylint: disable=wrong-import-position
+from tfx_dist._tf_compat.imports import (collective_all_reduce_strategy,  # noqa: E402
+                                         cross_device_ops_lib, cross_device_utils, device_util,
+                                         distribute_lib, distribute_utils, input_lib,
+                                         mirrored_strategy, numpy_dataset, parameter_server_lib,
+                                         reduce_util, trackable_base, values_lib)
+from tfx_dist._tf_compat.fields import (dataset_function_graphs, dataset_inputs,  # noqa: E402
+                                        init_collective_extended, input_workers,
+                                        run_independently, skip_partial_batch_check)
+from tfx_dist._tf_compat.patches import (check_partial_batches_locally,  # noqa: E402
+                                         hand_over_dropped_iterators,
+                                         read_one_element_per_replica, route_table_gradients)
+
+__all__ = [
+    "SUPPORTED_KERAS", "SUPPORTED_TENSORFLOW", "check_versions",
+    "collective_all_reduce_strategy", "cross_device_ops_lib", "cross_device_utils", "device_util",
+    "distribute_lib", "distribute_utils", "input_lib", "mirrored_strategy", "numpy_dataset",
+    "parameter_server_lib", "reduce_util", "trackable_base", "values_lib",
+    "dataset_function_graphs", "dataset_inputs", "init_collective_extended", "input_workers",
+    "run_independently", "skip_partial_batch_check",
+    "check_partial_batches_locally", "hand_over_dropped_iterators", "read_one_element_per_replica",
+    "route_table_gradients",
+]

@@ -1,0 +1,213 @@
+"""The functions of TensorFlow that tfx_dist replaces at run time, installed once.
+
+Each replacement keeps TensorFlow's behaviour for every object tfx_dist did not
+mark, and is installed (with the others) by the first call that needs one:
+
+1. Direct input (`read_one_element_per_replica`): the per-worker iterator's
+   ``get_next_as_list`` and ``get_next_as_optional_list``
+   (``input_lib._SingleWorkerDatasetIteratorBase``) read one element per local
+   replica, in order, for iterators with `DirectReadOptions`. TensorFlow's
+   direct path reads one element per call: it only ever has one replica there.
+2. Local partial-batch check (`check_partial_batches_locally`):
+   ``input_lib.DistributedIterator.get_next_as_optional`` ignores the flag
+   that `fields.skip_partial_batch_check` sets and always all-reduces "this
+   worker still has data" across workers (through
+   ``input_lib._calculate_replicas_with_values``); for the registered strategy
+   classes it counts this worker's replicas only, which then agree with every
+   other worker's.
+3. Iterator hand-over (`hand_over_dropped_iterators`):
+   ``input_lib.DistributedDataset.__iter__`` and
+   ``DistributedDatasetsFromFunction.__iter__`` give the tf.data iterators of a
+   marked dataset's eager iterator, once that is garbage, to a callback (which
+   destroys them off the training path).
+4. Table gradients (`route_table_gradients`): Keras's
+   ``TFOptimizer._backend_update_step`` (all-reduce every gradient, then apply
+   the update rule to every variable) first lets a strategy whose extended
+   has ``push_table_gradients`` take the gradients of the tables it holds
+   (parameter servers apply their rule where the rows live).
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+import weakref
+
+import tensorflow as tf
+
+from tfx_dist._tf_compat import fields
+from tfx_dist._tf_compat.imports import input_lib
+from tfx_dist._tf_compat.versions import check_versions
+
+_lock = threading.Lock()
+_installed = False
+
+
+def install() -> None:
+    """Checks the TensorFlow version, then installs every replacement; once per process."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        check_versions()
+        _install_direct_read()
+        _install_local_partial_batch_check()
+        _install_iterator_hand_over()
+        _install_table_gradient_route()
+        _installed = True
+
+
+# -- 1. direct input ----------------------------------------------------------------------------
+
+class DirectReadOptions(tf.distribute.InputOptions):
+    """TensorFlow's direct-read options, marked as read for every local replica."""
+
+    __slots__ = ()
+
+
+def read_one_element_per_replica(distributed, per_replica_buffer_size: int = 1) -> None:
+    """Makes the iterators of ``distributed`` (not yet iterated) read its dataset directly.
+
+    Each worker then iterates the dataset itself (TensorFlow's per-replica
+    mode without fetching to a device) and reads consecutive elements, one per
+    local replica, in replica order.
+    """
+    install()
+    direct = DirectReadOptions(
+        experimental_fetch_to_device=False,
+        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
+        experimental_per_replica_buffer_size=per_replica_buffer_size)
+    fields.set_input_options(distributed, direct)
+    assert not input_lib._should_use_multi_device_iterator(direct)  # pylint: disable=protected-access
+
+
+def _in_order(read, count: int, dependencies) -> list:
+    """``count`` results of ``read()``, each read after the previous one's outputs exist."""
+    results = []
+    for _ in range(count):
+        with tf.control_dependencies(dependencies(results[-1]) if results else []):
+            results.append(read())
+    return results
+
+
+def _element_tensors(element) -> list:
+    return tf.nest.flatten(element, expand_composites=True)
+
+
+def _install_direct_read() -> None:
+    worker_iterator = input_lib._SingleWorkerDatasetIteratorBase  # pylint: disable=protected-access
+    get_next_as_list = worker_iterator.get_next_as_list
+    get_next_as_optional_list = worker_iterator.get_next_as_optional_list
+
+    def direct_get_next_as_list(self, name=None):
+        if not isinstance(self._options, DirectReadOptions):
+            return get_next_as_list(self, name)
+        with tf.device(self._worker):
+            return _in_order(self._iterator.get_next, len(self._devices), _element_tensors)
+
+    def direct_get_next_as_optional_list(self):
+        if not isinstance(self._options, DirectReadOptions):
+            return get_next_as_optional_list(self)
+        with tf.device(self._worker):
+            return _in_order(self._iterator.get_next_as_optional, len(self._devices),
+                             lambda optional: [optional._variant_tensor])  # pylint: disable=protected-access
+
+    worker_iterator.get_next_as_list = direct_get_next_as_list
+    worker_iterator.get_next_as_optional_list = direct_get_next_as_optional_list
+
+
+# -- 2. local partial-batch check ---------------------------------------------------------------
+
+_balanced_classes: set[type] = set()  # strategies whose balanced iterators check locally
+_local_check = threading.local()
+_NOT_MULTI_WORKER = types.SimpleNamespace(
+    extended=types.SimpleNamespace(_in_multi_worker_mode=lambda: False))
+
+
+def check_partial_batches_locally(strategy_class) -> None:
+    """Makes ``get_next_as_optional`` local for iterators of ``strategy_class`` whose
+    partial-batch check is skipped (`fields.skip_partial_batch_check`). Idempotent."""
+    install()
+    _balanced_classes.add(strategy_class)
+
+
+def _install_local_partial_batch_check() -> None:
+    get_next_as_optional = input_lib.DistributedIterator.get_next_as_optional
+    replicas_with_values = input_lib._calculate_replicas_with_values  # pylint: disable=protected-access
+
+    def balanced_get_next_as_optional(self):
+        if (self._enable_get_next_as_optional
+                or not isinstance(self._strategy, tuple(_balanced_classes))):
+            return get_next_as_optional(self)
+        _local_check.active = True
+        try:
+            return get_next_as_optional(self)
+        finally:
+            _local_check.active = False
+
+    def local_replicas_with_values(strategy, input_workers, optional_list):
+        if getattr(_local_check, "active", False):
+            strategy = _NOT_MULTI_WORKER  # count this worker's replicas only
+        return replicas_with_values(strategy, input_workers, optional_list)
+
+    input_lib.DistributedIterator.get_next_as_optional = balanced_get_next_as_optional
+    input_lib._calculate_replicas_with_values = local_replicas_with_values  # pylint: disable=protected-access
+
+
+# -- 3. iterator hand-over ----------------------------------------------------------------------
+
+def hand_over_dropped_iterators(distributed, hand_over) -> None:
+    """Iterators made eagerly from ``distributed`` from now on, once garbage, call
+    ``hand_over(tf_data_iterators)`` in the thread that drops them, with the last
+    references to their tf.data iterators."""
+    install()
+    distributed._tfx_hand_over_iterators = hand_over  # pylint: disable=protected-access
+
+
+def _take_and_hand_over(hand_over, workers: list) -> None:
+    # Runs in the thread that drops the distributed iterator. Take the tf.data
+    # iterators out of the per-worker wrappers so that the callee holds the
+    # last references, whatever this thread frees afterwards.
+    hand_over(fields.take_dataset_iterators(workers))
+
+
+def _handing_over_iter(make_iterator):
+    def __iter__(self):
+        iterator = make_iterator(self)
+        hand_over = getattr(self, "_tfx_hand_over_iterators", None)
+        if hand_over is not None and tf.executing_eagerly():
+            weakref.finalize(iterator, _take_and_hand_over, hand_over,
+                             fields.per_worker_iterators(iterator))
+        return iterator
+
+    return __iter__
+
+
+def _install_iterator_hand_over() -> None:
+    for cls in (input_lib.DistributedDataset, input_lib.DistributedDatasetsFromFunction):
+        cls.__iter__ = _handing_over_iter(cls.__iter__)
+
+
+# -- 4. table gradients ------------------------------------------------------------------------
+
+def route_table_gradients() -> None:
+    """Lets strategies with ``extended.push_table_gradients`` take their tables'
+    gradients out of Keras's optimizer step. Idempotent."""
+    install()
+
+
+def _install_table_gradient_route() -> None:
+    from keras.src.backend.tensorflow import optimizer as keras_tf_optimizer
+
+    original = keras_tf_optimizer.TFOptimizer._backend_update_step
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        extended = getattr(self._distribution_strategy, "extended", None)
+        route = getattr(extended, "push_table_gradients", None)
+        if route is not None:
+            grads, trainable_variables = route(self, grads, trainable_variables, learning_rate)
+            if not trainable_variables:
+                return None
+        return original(self, grads, trainable_variables, learning_rate)
+
+    keras_tf_optimizer.TFOptimizer._backend_update_step = _backend_update_step
