@@ -202,21 +202,25 @@ Status TableShard::ApplyGradients(const int64_t* ids, int64_t n, const float* gr
                              ") is " + std::to_string(grads[k]) + "; gradients must be finite");
   }
   // Sum the gradients of repeated ids, in the order given (as a dense
-  // np.add.at / unsorted_segment_sum over zeros would).
-  std::unordered_map<int64_t, int64_t> position;
-  position.reserve(n);
+  // np.add.at / unsorted_segment_sum over zeros would). An open-addressing
+  // table of positions (at most half full), not a node-per-id map.
+  int64_t capacity = 16;
+  while (capacity < 2 * n) capacity *= 2;
+  std::vector<int64_t> position(capacity, -1);
   std::vector<int64_t> unique_ids;
   std::vector<float> summed;
   unique_ids.reserve(n);
   summed.reserve(n * dim);
   for (int64_t i = 0; i < n; ++i) {
-    auto [it, added] = position.emplace(ids[i], static_cast<int64_t>(unique_ids.size()));
+    uint64_t h = SplitMix64(static_cast<uint64_t>(ids[i])) & (capacity - 1);
+    while (position[h] >= 0 && unique_ids[position[h]] != ids[i]) h = (h + 1) & (capacity - 1);
     const float* g = grads + i * dim;
-    if (added) {
+    if (position[h] < 0) {
+      position[h] = static_cast<int64_t>(unique_ids.size());
       unique_ids.push_back(ids[i]);
       summed.insert(summed.end(), g, g + dim);
     } else {
-      float* acc = summed.data() + it->second * dim;
+      float* acc = summed.data() + position[h] * dim;
       for (int64_t j = 0; j < dim; ++j) acc[j] += g[j];
     }
   }
