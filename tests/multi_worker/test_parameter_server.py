@@ -26,11 +26,12 @@ def _cluster_envs(num_workers, num_ps):
             for t, i in tasks]
 
 
-def run_ps_job(tmp_path, script, num_workers=2, num_ps=2, env=None, timeout_s=180):
+def run_ps_job(tmp_path, script, num_workers=2, num_ps=2, env=None, timeout_s=180,
+               kill_on_failure=True):
     """Runs every task; returns (worker results, ps results)."""
     procs, _ = start_workers(_script(script), num_workers + num_ps, str(tmp_path), extra_env=env,
                              per_rank_env=_cluster_envs(num_workers, num_ps))
-    results = wait_workers(procs, timeout_s)
+    results = wait_workers(procs, timeout_s, kill_on_failure=kill_on_failure)
     return results[:num_workers], results[num_workers:]
 
 
@@ -54,3 +55,55 @@ def test_fit_on_two_servers_equals_one_process(tmp_path, reference):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(r["loss"], reference["loss"], rtol=1e-4)
     np.testing.assert_array_equal(results[0]["predictions"], results[1]["predictions"])
+
+
+def _check_exits(results):
+    for r in results:
+        assert r.returncode == 0, r.describe()
+
+
+def test_dynamic_table_of_hashed_ids(tmp_path, reference):
+    """input_dim=None: any int64 id (negative ones too), rows created on first lookup.
+
+    The ids are a one-to-one hash of the reference's and rows start at zeros,
+    so training must follow the reference's (a fixed table, one process).
+    """
+    workers, servers = run_ps_job(tmp_path, "ps_keras.py", env={"DYNAMIC": "1"})
+    _check_exits(workers + servers)
+    a, b = (w.result for w in workers)
+    np.testing.assert_array_equal(a["rows"], b["rows"])
+    np.testing.assert_allclose(a["loss"], reference["loss"], rtol=1e-4)
+    for x, y in zip(a["dense"], reference["dense"]):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+
+
+def test_bad_id_is_an_error_naming_table_and_id_and_serving_goes_on(tmp_path, reference):
+    workers, servers = run_ps_job(tmp_path, "ps_keras.py", env={"BAD_ID": "1"})
+    _check_exits(workers + servers)
+    for w in workers:
+        message = w.result["bad_id_error"]
+        assert message and "items" in message and "1040" in message, message
+        # The refused lookup changed nothing: training still equals one process's.
+        np.testing.assert_allclose(w.result["rows"], reference["rows"], rtol=1e-4, atol=1e-6)
+
+
+def test_async_mode_trains(tmp_path):
+    """Each push applied on arrival (the workers' halves of a step one after the other)."""
+    workers, servers = run_ps_job(tmp_path, "ps_keras.py", env={"PS_MODE": "async", "EPOCHS": "3"})
+    _check_exits(workers + servers)
+    for w in workers:
+        loss = w.result["loss"]
+        assert loss[2] < loss[1] < loss[0], loss
+
+
+def test_dead_worker_stops_the_servers_with_its_name(tmp_path):
+    """A worker that vanishes mid-training: the servers exit non-zero naming it, nothing lingers."""
+    workers, servers = run_ps_job(tmp_path, "ps_keras.py",
+                                  env={"DIE_RANK": "1", "EPOCHS": "3", "TFX_TIMEOUT_S": "20"},
+                                  timeout_s=120, kill_on_failure=False)
+    assert workers[1].returncode == 3, workers[1].describe()
+    # Every process ended by itself (None: still running at the timeout, then killed).
+    assert workers[0].returncode not in (0, None), workers[0].describe()
+    for s in servers:
+        assert s.returncode == 1, s.describe()
+        assert "worker 1" in s.stderr, s.describe()
