@@ -79,7 +79,7 @@ class Communicator:
       timeout_s: bound on every wait (rendezvous, negotiation, one
         collective); defaults to ``TFX_TIMEOUT_S``.
       fusion_bucket_bytes: all-reduce fusion bucket size; defaults to
-        ``TFX_FUSION_THRESHOLD_BYTES``.
+        ``TFX_COMM_FUSION_BYTES``.
       cycle_time_ms: minimum time between negotiation cycles; defaults to
         ``TFX_CYCLE_TIME_MS``.
       compression: ``"none"``, ``"float16"`` or ``"bfloat16"``: the wire format
@@ -114,7 +114,7 @@ class Communicator:
             raise ValueError(_NO_SECRET)
         options = _native.Options(
             timeout_s=self.timeout_s,
-            bucket_bytes=int(settings.get("TFX_FUSION_THRESHOLD_BYTES", fusion_bucket_bytes)),
+            bucket_bytes=int(settings.get("TFX_COMM_FUSION_BYTES", fusion_bucket_bytes)),
             cycle_time_ms=float(settings.get("TFX_CYCLE_TIME_MS", cycle_time_ms)),
             use_shm=int(bool(settings.get("TFX_SHM", shm))),
             chunk_bytes=int(settings.get("TFX_CHUNK_BYTES")))
