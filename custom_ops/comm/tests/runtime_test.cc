@@ -276,30 +276,34 @@ void TestAllgather(Job& job, bool shm, DataType dt, size_t cols, int* round) {
   ++*round;
 }
 
+// One broadcast from every root, all submitted in one round.
 void TestBroadcast(Job& job, bool shm, size_t bytes, int* round) {
   const int n = job.size();
-  for (int root = 0; root < n; ++root) {
-    Latch latch;
-    std::vector<std::vector<char>> bufs(n, std::vector<char>(bytes + 1));
-    std::vector<std::vector<Entry>> entries(n);
-    for (int r = 0; r < n; ++r) {
-      for (size_t i = 0; i < bytes; ++i) bufs[r][i] = static_cast<char>(r == root ? i * 31 + root : 0x55);
-      Entry e = MakeEntry("bc" + std::to_string(*round), OpType::kBroadcast, DataType::kUInt8, ReduceOp::kSum,
-                          {static_cast<int64_t>(bytes)}, bufs[r].data(), bufs[r].data(), &latch);
+  Latch latch;
+  std::vector<std::vector<std::vector<char>>> bufs(n, std::vector<std::vector<char>>(n));  // [rank][root]
+  std::vector<std::vector<Entry>> entries(n);
+  for (int r = 0; r < n; ++r)
+    for (int root = 0; root < n; ++root) {
+      std::vector<char>& buf = bufs[r][root];
+      buf.resize(bytes + 1);
+      for (size_t i = 0; i < bytes; ++i) buf[i] = static_cast<char>(r == root ? i * 31 + root : 0x55);
+      Entry e = MakeEntry("bc" + std::to_string(*round) + "/" + std::to_string(root), OpType::kBroadcast,
+                          DataType::kUInt8, ReduceOp::kSum, {static_cast<int64_t>(bytes)}, buf.data(), buf.data(),
+                          &latch);
       e.meta.root = root;
       entries[r].push_back(std::move(e));
     }
-    for (int r = 0; r < n; ++r) job[r].Submit(std::move(entries[r]));
-    latch.Wait();
-    for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
-    for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < n; ++r) job[r].Submit(std::move(entries[r]));
+  latch.Wait();
+  for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+  for (int r = 0; r < n; ++r)
+    for (int root = 0; root < n; ++root) {
       bool ok = true;
-      for (size_t i = 0; i < bytes && ok; ++i) ok = bufs[r][i] == static_cast<char>(i * 31 + root);
+      for (size_t i = 0; i < bytes && ok; ++i) ok = bufs[r][root][i] == static_cast<char>(i * 31 + root);
       CHECK(ok, "broadcast of " + std::to_string(bytes) + " bytes from root " + std::to_string(root) + " over " +
                     std::to_string(n) + " ranks, " + (shm ? "shm" : "tcp") + ", rank " + std::to_string(r));
     }
-    ++*round;
-  }
+  ++*round;
 }
 
 void TestCollectives(int max_ranks) {
