@@ -7,6 +7,7 @@
 // chooses the executor from the op table (ops.h) by the response's op.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
