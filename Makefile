@@ -1,7 +1,7 @@
 # The two commands of the README, and the benchmark.
 PYTHON ?= python3
 
-.PHONY: setup demo test bench horovod gpu-check
+.PHONY: setup demo test cpp-test bench horovod gpu-check
 
 setup:
 	bash scripts/setup.sh
@@ -13,6 +13,25 @@ demo: setup
 
 test: setup
 	$(PYTHON) -m pytest tests -q
+
+# The collective runtime's own tests, in one process (no TensorFlow): N
+# communicators over socketpairs, every collective x transport x 1..12 ranks,
+# the coordinator and the messages. tests/comm/test_cpp_runtime.py runs this
+# target, so `make test` runs it once, under pytest.
+CPP_TEST_DIR := build/cpp-test
+COMM_TEST_SRCS := $(shell find custom_ops/comm/core -name '*.cc') custom_ops/comm/tests/runtime_test.cc
+COMM_TEST_OBJS := $(COMM_TEST_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
+COMM_HEADERS := $(shell find custom_ops/comm -name '*.h')
+
+$(CPP_TEST_DIR)/%.o: %.cc $(COMM_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -pthread -Wall -Wno-sign-compare -I. -c $< -o $@
+
+$(CPP_TEST_DIR)/runtime_test: $(COMM_TEST_OBJS)
+	$(CXX) -pthread $^ -o $@ -lrt
+
+cpp-test: $(CPP_TEST_DIR)/runtime_test
+	$(CPP_TEST_DIR)/runtime_test
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py

@@ -310,7 +310,7 @@ def run(args) -> dict:
               "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
               "fused_reduce_isa": common.fused_reduce_isa(),
               "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-              "fusion_bucket_bytes_env": os.environ.get("TFX_FUSION_BUCKET_BYTES"),
+              "fusion_bucket_bytes_env": os.environ.get("TFX_LOCAL_FUSION_BYTES"),
               "cpu_allocator": "bfc" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower()
               in ("1", "true") else "default",
               "bandwidth_runs": [], "cases": {}, "diagnostics": {}}

@@ -63,7 +63,7 @@ class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):
       parameter_device: the device that holds the variables; defaults to the
         CPU, or the only GPU when there is exactly one.
       fusion_bucket_bytes: bytes per fusion bucket; defaults to the
-        `TFX_FUSION_BUCKET_BYTES` setting.
+        `TFX_LOCAL_FUSION_BYTES` setting.
     """
 
     def __init__(self, compute_devices=None, parameter_device=None, *,

@@ -117,7 +117,7 @@ class FusedAllReduce(tf.distribute.CrossDeviceOps):
       reduce_to_device: the device that runs the reduction; defaults to the
         first destination device.
       bucket_bytes: bytes per unit of parallel work inside one op; defaults to
-        the `TFX_FUSION_BUCKET_BYTES` setting.
+        the `TFX_LOCAL_FUSION_BYTES` setting.
 
     A ``tf.distribute.experimental.CommunicationOptions(bytes_per_pack=...)``
     passed to a reduction sets the pack size (see the module docstring);

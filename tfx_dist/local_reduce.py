@@ -38,7 +38,7 @@ def fused_reduce(per_device: Sequence[Sequence[tf.Tensor]], reduction: str = "su
       per_device: one list of tensors per device.
       reduction: one of "sum", "mean", "min", "max".
       bucket_bytes: bytes per unit of parallel work; defaults to the
-        `TFX_FUSION_BUCKET_BYTES` setting.
+        `TFX_LOCAL_FUSION_BYTES` setting.
 
     Returns:
       The reduced tensors, in the order of each device's list.
@@ -101,7 +101,7 @@ def _flat_inputs(per_device, reduction):
 
 
 def _fused_reduce_op(flat, first, num_devices, reduction, bucket_bytes, block_type):
-    bucket = int(settings.get("TFX_FUSION_BUCKET_BYTES", bucket_bytes))
+    bucket = int(settings.get("TFX_LOCAL_FUSION_BYTES", bucket_bytes))
     outputs, block = _OPS.tfx_fused_reduce(inputs=flat, Tout=[t.dtype for t in first],
                                            Tblock=block_type, num_devices=num_devices,
                                            reduction=reduction, bucket_bytes=bucket)

@@ -48,7 +48,7 @@ class MirroredStrategy(tf.distribute.MirroredStrategy):
       cross_device_ops: a `tf.distribute.CrossDeviceOps` to use instead of
         `tfx_dist.FusedAllReduce`.
       fusion_bucket_bytes: bytes per fusion bucket; defaults to the
-        `TFX_FUSION_BUCKET_BYTES` setting.
+        `TFX_LOCAL_FUSION_BYTES` setting.
     """
 
     def __init__(self, devices=None, cross_device_ops=None, *, fusion_bucket_bytes=None):

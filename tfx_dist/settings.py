@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import warnings
 from typing import Callable
 
 
@@ -20,6 +21,9 @@ class Setting:
     default: object
     parse: Callable[[str], object]
     meaning: str
+    # Former names of the variable, still read (with a warning, once per
+    # process) when the current one is not set.
+    deprecated: tuple[str, ...] = ()
 
 
 def _bool(text: str) -> bool:
@@ -41,9 +45,11 @@ def _choice(*allowed: str) -> Callable[[str], str]:
 SETTINGS = {
     setting.env: setting
     for setting in (
-        Setting("TFX_FUSION_BUCKET_BYTES", 4 << 20, int,
-                "Bytes per fusion bucket: the fused reductions split a gradient list "
-                "into buckets of about this size and reduce each in one pass."),
+        Setting("TFX_LOCAL_FUSION_BYTES", 4 << 20, int,
+                "Local fusion (devices of one process): the fused reductions split a "
+                "gradient list into buckets of about this size and reduce each in one pass. "
+                "Formerly `TFX_FUSION_BUCKET_BYTES`.",
+                deprecated=("TFX_FUSION_BUCKET_BYTES",)),
         Setting("TFX_CPU_ISA", "auto", _choice("auto", "baseline"),
                 "Instructions of the CPU reduction kernel (TfxFusedReduce): `auto` uses "
                 "AVX2 where the CPU has it; `baseline` keeps to what the library was built "
@@ -55,9 +61,15 @@ SETTINGS = {
         Setting("TFX_TIMEOUT_S", 300.0, float,
                 "Seconds any wait of the collective runtime (rendezvous, negotiation, "
                 "one collective) may take before failing with an error naming the peer."),
-        Setting("TFX_FUSION_THRESHOLD_BYTES", 64 << 20, int,
-                "Cross-process tensor fusion: all-reduce requests ready in the same "
-                "negotiation cycle are packed into buckets of at most this many bytes."),
+        # The runtime's options (TFX_TIMEOUT_S, TFX_COMM_FUSION_BYTES,
+        # TFX_CYCLE_TIME_MS, TFX_SHM, TFX_CHUNK_BYTES) have their defaults here
+        # only: tfx_dist.comm passes every one to the C API explicitly, since
+        # these are the ones users read (README table) and override.
+        Setting("TFX_COMM_FUSION_BYTES", 64 << 20, int,
+                "Cross-process fusion: all-reduce requests ready in the same "
+                "negotiation cycle are packed into buckets of at most this many bytes. "
+                "Formerly `TFX_FUSION_THRESHOLD_BYTES`.",
+                deprecated=("TFX_FUSION_THRESHOLD_BYTES",)),
         Setting("TFX_CYCLE_TIME_MS", 0.0, float,
                 "Minimum time between two negotiation cycles of the cross-process "
                 "runtime; larger values fuse more requests at the cost of latency."),
@@ -91,6 +103,13 @@ def get(env: str, override: object = None) -> object:
     if override is not None:
         return override
     text = os.environ.get(env)
+    for old in setting.deprecated:
+        if text is not None:
+            break
+        text = os.environ.get(old)
+        if text is not None:
+            _warn_deprecated(old, env)
+            env = old
     if text is None:
         return setting.default
     try:
@@ -98,6 +117,16 @@ def get(env: str, override: object = None) -> object:
     except ValueError as e:
         raise ValueError(f"Invalid value for environment variable {env}: {text!r} "
                          f"({e}). Meaning: {setting.meaning}") from None
+
+
+_warned: set = set()
+
+
+def _warn_deprecated(old: str, new: str) -> None:
+    if old not in _warned:
+        _warned.add(old)
+        warnings.warn(f"The environment variable {old} is deprecated; set {new} instead "
+                      f"({old} is read while {new} is not set).", FutureWarning, stacklevel=3)
 
 
 def markdown_table() -> str:

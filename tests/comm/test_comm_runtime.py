@@ -1,8 +1,11 @@
 """Multi-process tests of the collective runtime through its numpy path.
 
-Every collective over every transport (tcp, shm) with 1 to 4 ranks, then the
-failure modes: mismatched requests, dead and hung peers, wrong secrets and
-garbage on the listener. Each rank is a real process on 127.0.0.1.
+What needs real processes: the rendezvous, authentication, dead and hung
+peers, wrong secrets and garbage on the listener, and the numpy path end to
+end. Every collective over every transport, rank count, dtype and reduction,
+and the negotiation's errors, are tested in one process by the C++ tests
+(test_cpp_runtime.py); here one rank count per transport checks the
+Python side. Each rank is a real process on 127.0.0.1.
 """
 
 import os
@@ -18,8 +21,7 @@ import comm_procs as procs  # noqa: E402
 WORKER = "comm_worker.py"
 
 
-@pytest.mark.parametrize("size,transport", [(1, "tcp"), (2, "tcp"), (2, "shm"), (3, "tcp"),
-                                            (3, "shm"), (4, "tcp"), (4, "shm")])
+@pytest.mark.parametrize("size,transport", [(1, "tcp"), (2, "tcp"), (3, "shm")])
 def test_every_collective_matches_numpy(size, transport):
     env = {"TFX_SHM": "1" if transport == "shm" else "0"}
     results = procs.run(WORKER, "collectives", size, env=env, timeout=150)
@@ -30,7 +32,7 @@ def test_every_collective_matches_numpy(size, transport):
         assert res["transports"] == want
 
 
-@pytest.mark.parametrize("transport", ["tcp", "shm"])
+@pytest.mark.parametrize("transport", ["tcp"])
 def test_mismatched_shapes_fail_on_every_rank_and_the_communicator_survives(transport):
     results = procs.run(WORKER, "mismatch", 3, env={"TFX_SHM": "1" if transport == "shm" else "0"})
     for r in results:

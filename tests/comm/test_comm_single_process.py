@@ -121,3 +121,29 @@ def test_allreduce_out_may_not_overlap_another_tensor(comm):
     # In place, each on its own input: allowed.
     out = comm.allreduce_numpy([a, b], out=[a, b])
     assert out[0] is a and np.all(a == 1)
+
+
+def test_the_library_matches_the_python_bindings_and_settings():
+    # _native.lib() checks every code and struct size against the library
+    # (tfx_comm_abi_value); the runtime's own defaults (for C callers) are
+    # the settings' defaults, which Python passes explicitly.
+    from tfx_dist import settings
+    from tfx_dist.comm import _native
+
+    so = _native.lib()
+    d = so.tfx_comm_default_options()
+    assert d.timeout_s == settings.SETTINGS["TFX_TIMEOUT_S"].default
+    assert d.bucket_bytes == settings.SETTINGS["TFX_COMM_FUSION_BYTES"].default
+    assert d.cycle_time_ms == settings.SETTINGS["TFX_CYCLE_TIME_MS"].default
+    assert bool(d.use_shm) == settings.SETTINGS["TFX_SHM"].default
+    assert d.chunk_bytes == settings.SETTINGS["TFX_CHUNK_BYTES"].default
+    assert so.tfx_comm_abi_value(b"TFX_OP_ALLGATHER") == _native.OP_ALLGATHER
+
+
+def test_a_library_with_other_codes_is_refused(monkeypatch):
+    import tfx_dist
+    from tfx_dist.comm import _native
+
+    monkeypatch.setitem(_native.DTYPES, "int64", 99)
+    with pytest.raises(tfx_dist.OpLibraryError, match="TFX_DTYPE_INT64: library 6, Python 99"):
+        _native.check_abi(_native.lib())

@@ -21,7 +21,7 @@ import threading
 import numpy as np
 
 from tfx_dist import settings
-from tfx_dist.comm import _native
+from tfx_dist.comm import _native, naming
 from tfx_dist.comm.rendezvous import RendezvousError, connect_all
 
 __all__ = ["Communicator", "CollectiveError", "CollectiveTimeoutError", "CollectiveMismatchError",
@@ -79,7 +79,7 @@ class Communicator:
       timeout_s: bound on every wait (rendezvous, negotiation, one
         collective); defaults to ``TFX_TIMEOUT_S``.
       fusion_bucket_bytes: all-reduce fusion bucket size; defaults to
-        ``TFX_FUSION_THRESHOLD_BYTES``.
+        ``TFX_COMM_FUSION_BYTES``.
       cycle_time_ms: minimum time between negotiation cycles; defaults to
         ``TFX_CYCLE_TIME_MS``.
       compression: ``"none"``, ``"float16"`` or ``"bfloat16"``: the wire format
@@ -114,7 +114,7 @@ class Communicator:
             raise ValueError(_NO_SECRET)
         options = _native.Options(
             timeout_s=self.timeout_s,
-            bucket_bytes=int(settings.get("TFX_FUSION_THRESHOLD_BYTES", fusion_bucket_bytes)),
+            bucket_bytes=int(settings.get("TFX_COMM_FUSION_BYTES", fusion_bucket_bytes)),
             cycle_time_ms=float(settings.get("TFX_CYCLE_TIME_MS", cycle_time_ms)),
             use_shm=int(bool(settings.get("TFX_SHM", shm))),
             chunk_bytes=int(settings.get("TFX_CHUNK_BYTES")))
@@ -153,9 +153,6 @@ class Communicator:
         _native.lib().tfx_comm_stats(self.handle, out, 6)
         return {"collectives": out[0], "allreduce_buckets": out[1], "allreduce_tensors": out[2],
                 "allreduce_bytes": out[3], "waiting_s": out[4] / 1e9, "running_s": out[5] / 1e9}
-
-    def _name(self, kind: str, name: str | None) -> str:
-        return name if name else f"numpy.{kind}.{next(self._names)}"
 
     def _run(self, entries: list) -> tuple[int, int]:
         if self._closed:
@@ -202,8 +199,8 @@ class Communicator:
         if reduction not in _native.REDUCTIONS:
             raise ValueError(f"Expected reduction in {sorted(_native.REDUCTIONS)}. Received: {reduction!r}")
         comp = _native.COMPRESSIONS[compression or self.compression]
-        name = self._name("allreduce", name)
         ins = [np.ascontiguousarray(a) for a in arrays]
+        names = naming.collective_names("allreduce", len(ins), name, self._names)
         if out is None:
             outs = [np.empty_like(a) for a in ins]
         else:
@@ -224,8 +221,8 @@ class Communicator:
                                          f"{j}; each result needs memory of its own (or its "
                                          "own input's, to reduce in place).")
         keep = []
-        entries = [self._entry(f"{name}/{i}", _native.OP_ALLREDUCE, a, o, _native.REDUCTIONS[reduction],
-                               comp, keep=keep) for i, (a, o) in enumerate(zip(ins, outs))]
+        entries = [self._entry(n, _native.OP_ALLREDUCE, a, o, _native.REDUCTIONS[reduction], comp, keep=keep)
+                   for n, a, o in zip(names, ins, outs)]
         self._run(entries)
         return outs
 
@@ -235,7 +232,8 @@ class Communicator:
         if a.ndim == 0:
             raise ValueError("allgather needs an array of rank >= 1 (it concatenates on dimension 0)")
         keep = []
-        entry = self._entry(self._name("allgather", name), _native.OP_ALLGATHER, a, None, keep=keep)
+        name, = naming.collective_names("allgather", 1, name, self._names)
+        entry = self._entry(name, _native.OP_ALLGATHER, a, None, keep=keep)
         ptr, dim0 = self._run([entry])
         out = np.empty((dim0,) + a.shape[1:], a.dtype)
         if out.nbytes:
@@ -245,12 +243,12 @@ class Communicator:
 
     def broadcast_numpy(self, arrays, root: int = 0, name: str | None = None) -> list[np.ndarray]:
         """Every rank receives root's arrays (same shapes and dtypes on every rank)."""
-        name = self._name("broadcast", name)
         ins = [np.ascontiguousarray(a) for a in arrays]
         outs = [np.empty_like(a) for a in ins]
+        names = naming.collective_names("broadcast", len(ins), name, self._names)
         keep = []
-        entries = [self._entry(f"{name}/{i}", _native.OP_BROADCAST, a, o, root=root, keep=keep)
-                   for i, (a, o) in enumerate(zip(ins, outs))]
+        entries = [self._entry(n, _native.OP_BROADCAST, a, o, root=root, keep=keep)
+                   for n, a, o in zip(names, ins, outs)]
         self._run(entries)
         return outs
 

@@ -1,4 +1,9 @@
-"""ctypes bindings of libtfx_comm's C API (custom_ops/comm/core/c_api.h)."""
+"""ctypes bindings of libtfx_comm's C API (custom_ops/comm/core/c_api.h).
+
+The codes and structs below copy that header; :func:`lib` checks every one
+against the loaded library (``tfx_comm_abi_value``) and refuses a library
+that disagrees, rather than sending it codes it reads differently.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +18,38 @@ from tfx_dist import _ops
 DONE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p)
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 
+# c_api.h's names, and their values here.
 OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST = 1, 2, 3
 REDUCTIONS = {"sum": 0, "mean": 1, "min": 2, "max": 3}
 COMPRESSIONS = {"none": 0, "float16": 1, "bfloat16": 2}
+DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "int64": 6, "uint8": 7}
+STATUS = {"OK": 0, "INVALID_ARGUMENT": 1, "TIMEOUT": 2, "CONNECTION_CLOSED": 3, "PROTOCOL": 4,
+          "MISMATCH": 5, "INTERNAL": 6, "ABORTED": 7}
 ERR_LEN = 4096
+
+
+def _abi_names() -> dict:
+    """Every constant of c_api.h this module uses, by its C name."""
+    names = {"TFX_OP_ALLREDUCE": OP_ALLREDUCE, "TFX_OP_ALLGATHER": OP_ALLGATHER,
+             "TFX_OP_BROADCAST": OP_BROADCAST,
+             "sizeof(tfx_entry)": ctypes.sizeof(Entry), "sizeof(tfx_comm_options)": ctypes.sizeof(Options)}
+    names.update({f"TFX_REDUCE_{k.upper()}": v for k, v in REDUCTIONS.items()})
+    names.update({f"TFX_COMPRESSION_{k.upper()}": v for k, v in COMPRESSIONS.items()})
+    names.update({f"TFX_DTYPE_{k.upper()}": v for k, v in DTYPES.items()})
+    names.update({f"TFX_STATUS_{k}": v for k, v in STATUS.items()})
+    return names
+
+
+def check_abi(so) -> None:
+    """Raises OpLibraryError unless ``so`` has every code and struct size of this module."""
+    so.tfx_comm_abi_value.restype = ctypes.c_int64
+    so.tfx_comm_abi_value.argtypes = [ctypes.c_char_p]
+    wrong = [f"{name}: library {so.tfx_comm_abi_value(name.encode())}, Python {value}"
+             for name, value in _abi_names().items() if so.tfx_comm_abi_value(name.encode()) != value]
+    if wrong:
+        raise _ops.OpLibraryError(
+            f"tfx_dist's collective runtime {so._name} does not match tfx_dist/comm/_native.py "
+            f"({'; '.join(wrong)}): it was built from other sources. {_ops._REBUILD}")
 
 
 class Options(ctypes.Structure):
@@ -45,11 +78,10 @@ def _bfloat16():
 
 @functools.lru_cache(maxsize=None)
 def dtype_codes() -> dict:
-    codes = {np.dtype(np.float16): 1, np.dtype(np.float32): 3, np.dtype(np.float64): 4,
-             np.dtype(np.int32): 5, np.dtype(np.int64): 6, np.dtype(np.uint8): 7}
+    codes = {np.dtype(name): code for name, code in DTYPES.items() if name != "bfloat16"}
     bf16 = _bfloat16()
     if bf16 is not None:
-        codes[bf16] = 2
+        codes[bf16] = DTYPES["bfloat16"]
     return codes
 
 
@@ -67,6 +99,11 @@ def lib() -> ctypes.CDLL:
     if not os.path.exists(path):
         raise _ops.OpLibraryError(f"tfx_dist's collective runtime {path} is missing. {_ops._REBUILD}")
     so = ctypes.CDLL(path)
+    try:
+        check_abi(so)
+    except AttributeError:  # a library from before the check existed
+        raise _ops.OpLibraryError(f"tfx_dist's collective runtime {path} has no tfx_comm_abi_value: "
+                                  f"it was built from older sources. {_ops._REBUILD}") from None
     so.tfx_comm_create.restype = ctypes.c_int64
     so.tfx_comm_create.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),
                                    ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
@@ -79,6 +116,8 @@ def lib() -> ctypes.CDLL:
                                 ctypes.c_char_p, ctypes.c_int32]
     so.tfx_comm_free.argtypes = [ctypes.c_void_p]
     so.tfx_comm_stats.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
+    so.tfx_comm_default_options.restype = Options
+    so.tfx_comm_default_options.argtypes = []
     return so
 
 

@@ -15,39 +15,18 @@ Example (in every process, with a `Communicator` ``comm``)::
 
 from __future__ import annotations
 
-import itertools
-import threading
-
 import tensorflow as tf
 
 from tfx_dist import _ops
+from tfx_dist.comm import naming
 
 __all__ = ["all_reduce", "all_gather", "broadcast"]
 
 _REDUCTIONS = ("sum", "mean", "min", "max")
-_eager_counter = itertools.count()
-_lock = threading.Lock()
 
 
 def _lib():
     return _ops.load_op_library("_comm_ops")
-
-
-def _group_name(kind: str, name: str | None) -> str:
-    """The name the ranks match this collective by (same on every rank).
-
-    In a traced function: the graph's name plus a name unique in the graph,
-    which is the same on every rank that traces the same program. Eagerly: a
-    process-wide counter (ranks must make the same eager calls in the same
-    order). Pass ``name`` to choose it explicitly.
-    """
-    if name:
-        return name
-    if tf.executing_eagerly():
-        with _lock:
-            return f"eager/{kind}.{next(_eager_counter)}"
-    graph = tf.compat.v1.get_default_graph()
-    return f"{graph.name}/{graph.unique_name(kind, mark_as_used=True)}"
 
 
 def all_reduce(tensors, communicator, reduction: str = "sum", name: str | None = None) -> list:
@@ -60,7 +39,7 @@ def all_reduce(tensors, communicator, reduction: str = "sum", name: str | None =
       reduction: ``"sum"``, ``"mean"``, ``"min"`` or ``"max"`` (integer mean
         truncates).
       name: identifies the call across processes; default derived from the
-        graph (see ``_group_name``).
+        graph (see `tfx_dist.comm.naming`).
 
     Returns:
       A list of tensors, the reductions, with the inputs' shapes and dtypes.
@@ -71,7 +50,7 @@ def all_reduce(tensors, communicator, reduction: str = "sum", name: str | None =
     if not tensors:
         return []
     out = _lib().tfx_all_reduce(tensors, communicator_id=communicator.handle, reduction=reduction,
-                                group_name=_group_name("allreduce", name),
+                                names=naming.collective_names("allreduce", len(tensors), name),
                                 compression=communicator.compression)
     return list(out)
 
@@ -83,7 +62,7 @@ def all_gather(tensor, communicator, name: str | None = None):
     """
     tensor = tf.convert_to_tensor(tensor)
     return _lib().tfx_all_gather(tensor, communicator_id=communicator.handle,
-                                 group_name=_group_name("allgather", name))
+                                 names=naming.collective_names("allgather", 1, name))
 
 
 def broadcast(tensors, communicator, root: int = 0, name: str | None = None) -> list:
@@ -92,4 +71,4 @@ def broadcast(tensors, communicator, root: int = 0, name: str | None = None) -> 
     if not tensors:
         return []
     return list(_lib().tfx_broadcast(tensors, communicator_id=communicator.handle, root=int(root),
-                                     group_name=_group_name("broadcast", name)))
+                                     names=naming.collective_names("broadcast", len(tensors), name)))

@@ -11,12 +11,62 @@
 #include <mutex>
 
 #include "custom_ops/comm/core/communicator.h"
+#include "custom_ops/comm/core/executors/ops.h"
 
 using tfx::comm::Code;
 using tfx::comm::Communicator;
 using tfx::comm::Status;
 
+// The core's enums are the header's codes.
+#define TFX_SAME(cpp, c) static_assert(static_cast<int>(tfx::comm::cpp) == (c), #cpp " != " #c)
+TFX_SAME(DataType::kFloat16, TFX_DTYPE_FLOAT16);
+TFX_SAME(DataType::kBFloat16, TFX_DTYPE_BFLOAT16);
+TFX_SAME(DataType::kFloat32, TFX_DTYPE_FLOAT32);
+TFX_SAME(DataType::kFloat64, TFX_DTYPE_FLOAT64);
+TFX_SAME(DataType::kInt32, TFX_DTYPE_INT32);
+TFX_SAME(DataType::kInt64, TFX_DTYPE_INT64);
+TFX_SAME(DataType::kUInt8, TFX_DTYPE_UINT8);
+TFX_SAME(ReduceOp::kSum, TFX_REDUCE_SUM);
+TFX_SAME(ReduceOp::kMean, TFX_REDUCE_MEAN);
+TFX_SAME(ReduceOp::kMin, TFX_REDUCE_MIN);
+TFX_SAME(ReduceOp::kMax, TFX_REDUCE_MAX);
+TFX_SAME(Compression::kNone, TFX_COMPRESSION_NONE);
+TFX_SAME(Compression::kFloat16, TFX_COMPRESSION_FLOAT16);
+TFX_SAME(Compression::kBFloat16, TFX_COMPRESSION_BFLOAT16);
+TFX_SAME(OpType::kAllreduce, TFX_OP_ALLREDUCE);
+TFX_SAME(OpType::kAllgather, TFX_OP_ALLGATHER);
+TFX_SAME(OpType::kBroadcast, TFX_OP_BROADCAST);
+TFX_SAME(Code::kOk, TFX_STATUS_OK);
+TFX_SAME(Code::kInvalidArgument, TFX_STATUS_INVALID_ARGUMENT);
+TFX_SAME(Code::kTimeout, TFX_STATUS_TIMEOUT);
+TFX_SAME(Code::kConnectionClosed, TFX_STATUS_CONNECTION_CLOSED);
+TFX_SAME(Code::kProtocol, TFX_STATUS_PROTOCOL);
+TFX_SAME(Code::kMismatch, TFX_STATUS_MISMATCH);
+TFX_SAME(Code::kInternal, TFX_STATUS_INTERNAL);
+TFX_SAME(Code::kAborted, TFX_STATUS_ABORTED);
+#undef TFX_SAME
+
 namespace {
+
+// Every name tfx_comm_abi_value answers for.
+#define TFX_ABI(name) {#name, name}
+const struct {
+  const char* name;
+  int64_t value;
+} kAbi[] = {
+    {"sizeof(tfx_entry)", sizeof(tfx_entry)},
+    {"sizeof(tfx_comm_options)", sizeof(tfx_comm_options)},
+    TFX_ABI(TFX_DTYPE_FLOAT16), TFX_ABI(TFX_DTYPE_BFLOAT16), TFX_ABI(TFX_DTYPE_FLOAT32),
+    TFX_ABI(TFX_DTYPE_FLOAT64), TFX_ABI(TFX_DTYPE_INT32), TFX_ABI(TFX_DTYPE_INT64),
+    TFX_ABI(TFX_DTYPE_UINT8), TFX_ABI(TFX_REDUCE_SUM), TFX_ABI(TFX_REDUCE_MEAN),
+    TFX_ABI(TFX_REDUCE_MIN), TFX_ABI(TFX_REDUCE_MAX), TFX_ABI(TFX_COMPRESSION_NONE),
+    TFX_ABI(TFX_COMPRESSION_FLOAT16), TFX_ABI(TFX_COMPRESSION_BFLOAT16), TFX_ABI(TFX_OP_ALLREDUCE),
+    TFX_ABI(TFX_OP_ALLGATHER), TFX_ABI(TFX_OP_BROADCAST), TFX_ABI(TFX_STATUS_OK),
+    TFX_ABI(TFX_STATUS_INVALID_ARGUMENT), TFX_ABI(TFX_STATUS_TIMEOUT),
+    TFX_ABI(TFX_STATUS_CONNECTION_CLOSED), TFX_ABI(TFX_STATUS_PROTOCOL), TFX_ABI(TFX_STATUS_MISMATCH),
+    TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED),
+};
+#undef TFX_ABI
 
 // How long tfx_comm_run's caller drives the runtime (waiting in poll for the
 // peers) before it leaves the rest to the runtime thread. It would only wait.
@@ -41,9 +91,10 @@ void CopyError(const std::string& msg, char* err, int32_t len) {
 Status ToEntry(const tfx_entry& in, tfx::comm::Entry* out) {
   using namespace tfx::comm;
   if (in.name == nullptr || in.name[0] == '\0') return Status(Code::kInvalidArgument, "a collective needs a name");
-  if (in.op < 1 || in.op > 3) return Status(Code::kInvalidArgument, "unknown collective op code");
+  const OpRow* row = FindOp(in.op);
+  if (row == nullptr) return Status(Code::kInvalidArgument, "unknown collective op code");
   if (!ValidDataType(in.dtype)) return Status(Code::kInvalidArgument, "unsupported dtype code");
-  if (in.reduction < 0 || in.reduction > 3 || in.compression < 0 || in.compression > 2)
+  if (!ValidReduceOp(in.reduction) || !ValidCompression(in.compression))
     return Status(Code::kInvalidArgument, "unknown reduction or compression code");
   if (in.ndims < 0 || in.ndims > 64) return Status(Code::kInvalidArgument, "bad rank");
   out->meta.key = in.name;
@@ -55,8 +106,7 @@ Status ToEntry(const tfx_entry& in, tfx::comm::Entry* out) {
   out->meta.shape.assign(in.dims, in.dims + in.ndims);
   for (int64_t d : out->meta.shape)
     if (d < 0) return Status(Code::kInvalidArgument, "negative dimension");
-  if (out->meta.op == OpType::kAllreduce && out->meta.dtype == DataType::kUInt8)
-    return Status(Code::kInvalidArgument, "all-reduce does not support uint8");
+  if (const char* refused = row->check_local(out->meta)) return Status(Code::kInvalidArgument, refused);
   const size_t bytes = out->meta.bytes();
   if (bytes > 0 && in.input == nullptr) return Status(Code::kInvalidArgument, "no input buffer");
   if (out->meta.op == OpType::kAllgather && in.alloc == nullptr)
@@ -107,9 +157,43 @@ void* WaiterAlloc(void* arg, int64_t dim0) {
   return w->gathered;
 }
 
+// The options as the core takes them; an error for values it cannot run with.
+Status ToOptions(const tfx_comm_options& in, tfx::comm::CommunicatorOptions* out) {
+  if (!(in.timeout_s > 0) || in.bucket_bytes < 0 || !(in.cycle_time_ms >= 0) || in.chunk_bytes <= 0)
+    return Status(Code::kInvalidArgument,
+                  "tfx_dist: invalid communicator options (timeout_s " + std::to_string(in.timeout_s) +
+                      ", bucket_bytes " + std::to_string(in.bucket_bytes) + ", cycle_time_ms " +
+                      std::to_string(in.cycle_time_ms) + ", chunk_bytes " + std::to_string(in.chunk_bytes) +
+                      "): want timeout_s > 0, bucket_bytes >= 0, cycle_time_ms >= 0, chunk_bytes > 0");
+  out->timeout_s = in.timeout_s;
+  out->bucket_bytes = static_cast<size_t>(in.bucket_bytes);
+  out->cycle_time_ms = in.cycle_time_ms;
+  out->use_shm = in.use_shm != 0;
+  out->chunk_bytes = static_cast<size_t>(in.chunk_bytes);
+  return Status::Ok();
+}
+
 }  // namespace
 
 extern "C" {
+
+tfx_comm_options tfx_comm_default_options(void) {
+  const tfx::comm::CommunicatorOptions d;
+  tfx_comm_options o;
+  o.timeout_s = d.timeout_s;
+  o.bucket_bytes = static_cast<int64_t>(d.bucket_bytes);
+  o.cycle_time_ms = d.cycle_time_ms;
+  o.use_shm = d.use_shm ? 1 : 0;
+  o.chunk_bytes = static_cast<int64_t>(d.chunk_bytes);
+  return o;
+}
+
+int64_t tfx_comm_abi_value(const char* name) {
+  if (name == nullptr) return -1;
+  for (const auto& item : kAbi)
+    if (std::strcmp(item.name, name) == 0) return item.value;
+  return -1;
+}
 
 int64_t tfx_comm_create(int32_t rank, int32_t size, const int32_t* data_fds, const int32_t* ctrl_fds,
                         const int32_t* same_host, const tfx_comm_options* options, char* err,
@@ -118,19 +202,16 @@ int64_t tfx_comm_create(int32_t rank, int32_t size, const int32_t* data_fds, con
   std::vector<int> ctrl(ctrl_fds, ctrl_fds + size);
   std::vector<bool> same(size);
   for (int i = 0; i < size; ++i) same[i] = same_host[i] != 0;
-  if (size < 1 || rank < 0 || rank >= size) {
-    CopyError("tfx_dist: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(size) + ")", err, err_len);
+  tfx::comm::CommunicatorOptions opts;
+  Status valid = size < 1 || rank < 0 || rank >= size
+                     ? Status(Code::kInvalidArgument, "tfx_dist: rank " + std::to_string(rank) +
+                                                          " is not in [0, " + std::to_string(size) + ")")
+                     : ToOptions(options != nullptr ? *options : tfx_comm_default_options(), &opts);
+  if (!valid.ok()) {
+    CopyError(valid.message(), err, err_len);
     for (int fd : data) if (fd >= 0) close(fd);
     for (int fd : ctrl) if (fd >= 0) close(fd);
     return 0;
-  }
-  tfx::comm::CommunicatorOptions opts;
-  if (options != nullptr) {
-    if (options->timeout_s > 0) opts.timeout_s = options->timeout_s;
-    if (options->bucket_bytes > 0) opts.bucket_bytes = static_cast<size_t>(options->bucket_bytes);
-    if (options->cycle_time_ms >= 0) opts.cycle_time_ms = options->cycle_time_ms;
-    opts.use_shm = options->use_shm != 0;
-    if (options->chunk_bytes > 0) opts.chunk_bytes = static_cast<size_t>(options->chunk_bytes);
   }
   std::unique_ptr<Communicator> comm;
   Status st = Communicator::Create(rank, size, data, ctrl, same, opts, &comm);
@@ -229,7 +310,7 @@ int32_t tfx_comm_run(int64_t id, const tfx_entry* entries, int32_t n, void** gat
   for (auto& e : mine) {
     e.done = &WaiterDone;
     e.done_arg = &w;
-    if (e.op == 2 && e.alloc == nullptr) {
+    if (e.op == TFX_OP_ALLGATHER && e.alloc == nullptr) {
       e.alloc = &WaiterAlloc;
       e.alloc_arg = &w;
       size_t row = tfx::comm::ElementSize(static_cast<tfx::comm::DataType>(e.dtype));

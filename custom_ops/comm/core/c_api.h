@@ -2,10 +2,10 @@
  * TensorFlow kernels (_comm_ops.so links this library; both share one copy,
  * so a communicator created from Python is found by its id in the kernels).
  *
- * Codes: dtype 1 float16, 2 bfloat16, 3 float32, 4 float64, 5 int32,
- * 6 int64, 7 uint8; reduction 0 sum, 1 mean, 2 min, 3 max; compression
- * 0 none, 1 float16, 2 bfloat16; op 1 allreduce, 2 allgather, 3 broadcast.
- * Status codes are tfx::comm::Code (0 = OK).
+ * This header is the one declaration of the interface's codes and structs:
+ * the C++ core checks its enums against them at compile time, the kernels use
+ * the names, and tfx_dist/comm/_native.py checks its copies against the
+ * loaded library (tfx_comm_abi_value) before the first call.
  */
 #ifndef TFX_COMM_C_API_H_
 #define TFX_COMM_C_API_H_
@@ -19,15 +19,58 @@ extern "C" {
 
 #define TFX_API __attribute__((visibility("default")))
 
+/* Element types (tfx_entry.dtype). */
+enum {
+  TFX_DTYPE_FLOAT16 = 1,
+  TFX_DTYPE_BFLOAT16 = 2,
+  TFX_DTYPE_FLOAT32 = 3,
+  TFX_DTYPE_FLOAT64 = 4,
+  TFX_DTYPE_INT32 = 5,
+  TFX_DTYPE_INT64 = 6,
+  TFX_DTYPE_UINT8 = 7 /* bytes: all-gather and broadcast only */
+};
+
+/* Reductions (tfx_entry.reduction; all-reduce only). */
+enum { TFX_REDUCE_SUM = 0, TFX_REDUCE_MEAN = 1, TFX_REDUCE_MIN = 2, TFX_REDUCE_MAX = 3 };
+
+/* Wire compression of float32 all-reduces (tfx_entry.compression). */
+enum { TFX_COMPRESSION_NONE = 0, TFX_COMPRESSION_FLOAT16 = 1, TFX_COMPRESSION_BFLOAT16 = 2 };
+
+/* Collectives (tfx_entry.op). A new one also needs a row in
+ * core/executors/ops.cc (see custom_ops/comm/README.md). */
+enum { TFX_OP_ALLREDUCE = 1, TFX_OP_ALLGATHER = 2, TFX_OP_BROADCAST = 3 };
+
+/* Outcome codes (return values, tfx_done_fn's code). */
+enum {
+  TFX_STATUS_OK = 0,
+  TFX_STATUS_INVALID_ARGUMENT = 1,
+  TFX_STATUS_TIMEOUT = 2,
+  TFX_STATUS_CONNECTION_CLOSED = 3, /* the peer closed the connection or died */
+  TFX_STATUS_PROTOCOL = 4,          /* unexpected bytes on a connection */
+  TFX_STATUS_MISMATCH = 5,          /* ranks disagree on a collective */
+  TFX_STATUS_INTERNAL = 6,
+  TFX_STATUS_ABORTED = 7 /* the communicator is broken by an earlier error, or closed */
+};
+
+/* Every field is used as given: start from tfx_comm_default_options(). */
 typedef struct {
-  double timeout_s;
-  int64_t bucket_bytes;
-  double cycle_time_ms;
-  int32_t use_shm;
-  int64_t chunk_bytes;
+  double timeout_s;      /* bound on every wait */
+  int64_t bucket_bytes;  /* cross-process fusion bucket (TFX_COMM_FUSION_BYTES) */
+  double cycle_time_ms;  /* minimum time between negotiation cycles */
+  int32_t use_shm;       /* shared memory between same-host ranks */
+  int64_t chunk_bytes;   /* ring pipelining granularity */
 } tfx_comm_options;
 
-/* Called once per entry with the outcome (code 0 = OK), from the runtime thread. */
+/* The runtime's defaults, for C callers (the C++ tests). Python passes every
+ * field from tfx_dist/settings.py, which owns the user-facing defaults. */
+TFX_API tfx_comm_options tfx_comm_default_options(void);
+
+/* The library's value of an interface constant, for the loader's check:
+ * "sizeof(tfx_entry)", "sizeof(tfx_comm_options)", or a code's name as
+ * spelled above ("TFX_OP_ALLGATHER"). -1 for an unknown name. */
+TFX_API int64_t tfx_comm_abi_value(const char* name);
+
+/* Called once per entry with the outcome (a TFX_STATUS_ code), from the runtime thread. */
 typedef void (*tfx_done_fn)(void* arg, int32_t code, const char* message);
 /* All-gather: returns the output buffer for dim0 rows in total. */
 typedef void* (*tfx_alloc_fn)(void* arg, int64_t dim0);
@@ -51,7 +94,8 @@ typedef struct {
 
 /* Creates a communicator; takes ownership of every fd. data_fds[size] (-1 at
  * rank), ctrl_fds[size] (rank 0: one per other rank; others: [0] = rank 0),
- * same_host[size]. Returns an id > 0, or 0 with the error in err. */
+ * same_host[size]; options NULL: tfx_comm_default_options(). Returns an
+ * id > 0, or 0 with the error in err (also for invalid options). */
 TFX_API int64_t tfx_comm_create(int32_t rank, int32_t size, const int32_t* data_fds,
                                 const int32_t* ctrl_fds, const int32_t* same_host,
                                 const tfx_comm_options* options, char* err, int32_t err_len);

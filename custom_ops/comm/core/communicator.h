@@ -1,6 +1,6 @@
 // One communicator per process: the pairs to every peer, the control
-// connections of the negotiation, and the runtime thread that executes
-// collectives. Built from sockets the Python rendezvous has already
+// connections of the negotiation, and the runtime thread. It only receives
+// calls: the work of each collective is its executor's (executors/). Built from sockets the Python rendezvous has already
 // connected and authenticated (tfx_dist/comm/rendezvous.py).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "custom_ops/comm/core/collectives/collectives.h"
+#include "custom_ops/comm/core/executors/executor.h"
 #include "custom_ops/comm/core/fusion/runtime.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
@@ -48,38 +48,22 @@ class Communicator {
     return runtime_->Drive(finished, budget);
   }
 
-  // Counters since creation (for tests and monitoring).
-  struct Stats {
-    std::atomic<int64_t> responses{0};          // collectives executed (a fused bucket counts once)
-    std::atomic<int64_t> allreduce_buckets{0};  // all-reduce responses
-    std::atomic<int64_t> fused_entries{0};      // tensors in those buckets
-    std::atomic<int64_t> allreduce_bytes{0};    // bytes reduced (before compression)
-    // Summed over collectives: from the first entry's submission until this
-    // rank could run it (negotiation: the slowest rank's arrival and the
-    // round trip to rank 0), and running it (the data path).
-    std::atomic<int64_t> waiting_ns{0};
-    std::atomic<int64_t> running_ns{0};
-  };
+  using Stats = CommStats;
   const Stats& stats() const { return stats_; }
   void Close();
 
  private:
   Communicator(int rank, int size, const CommunicatorOptions& options);
-  Status Execute(const Response& resp, std::vector<Entry*>& entries);  // timed, see Stats
-  Status ExecuteResponse(const Response& resp, std::vector<Entry*>& entries);
-  Status ExecuteAllreduce(const std::string& what, std::vector<Entry*>& entries);
-  // The uncompressed all-reduce of a bucket, mostly where its tensors are.
-  Status AllreduceUncompressed(const CollectiveContext& ctx, std::vector<Entry*>& entries,
-                               DataType dtype, ReduceOp op);
-  static constexpr size_t kDirectBytes = 64 << 10;
-  CollectiveContext Context(const std::string& what, const Deadline* deadline) const;
+  // Runs the response's executor (executors/ops.cc), timed (see Stats).
+  Status Execute(const Response& resp, std::vector<Entry*>& entries);
 
   const int rank_;
   const int size_;
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<Pair>> pairs_;
   std::unique_ptr<Runtime> runtime_;
-  std::vector<char> fusion_buffer_;  // used by the runtime thread only
+  FusionBuffer fusion_buffer_;  // used by whoever runs the runtime's Step
+  std::vector<std::unique_ptr<Executor>> executors_;  // by OpType code, made on first use
   Stats stats_;
 };
 

@@ -3,6 +3,8 @@
 namespace tfx::comm {
 
 bool ValidDataType(int32_t code) { return code >= 1 && code <= 7; }
+bool ValidReduceOp(int32_t code) { return code >= 0 && code <= 3; }
+bool ValidCompression(int32_t code) { return code >= 0 && code <= 2; }
 
 size_t ElementSize(DataType dtype) {
   switch (dtype) {

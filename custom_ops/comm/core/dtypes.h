@@ -1,5 +1,5 @@
-// Element types, reductions and wire compression, with the integer codes the
-// C API (and so Python and the TF kernels) use.
+// Element types, reductions and wire compression. Their codes are the C
+// API's (c_api.h, checked in c_api.cc).
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,8 @@ enum class ReduceOp : int32_t { kSum = 0, kMean = 1, kMin = 2, kMax = 3 };
 enum class Compression : int32_t { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 bool ValidDataType(int32_t code);
+bool ValidReduceOp(int32_t code);
+bool ValidCompression(int32_t code);
 size_t ElementSize(DataType dtype);
 const char* DataTypeName(DataType dtype);
 const char* ReduceOpName(ReduceOp op);

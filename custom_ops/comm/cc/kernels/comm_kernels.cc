@@ -24,36 +24,37 @@ namespace {
 
 int32_t DtypeCode(DataType dt) {
   switch (dt) {
-    case tensorflow::DT_HALF: return 1;
-    case tensorflow::DT_BFLOAT16: return 2;
-    case tensorflow::DT_FLOAT: return 3;
-    case tensorflow::DT_DOUBLE: return 4;
-    case tensorflow::DT_INT32: return 5;
-    case tensorflow::DT_INT64: return 6;
-    case tensorflow::DT_UINT8: return 7;
-    default: return 0;
+    case tensorflow::DT_HALF: return TFX_DTYPE_FLOAT16;
+    case tensorflow::DT_BFLOAT16: return TFX_DTYPE_BFLOAT16;
+    case tensorflow::DT_FLOAT: return TFX_DTYPE_FLOAT32;
+    case tensorflow::DT_DOUBLE: return TFX_DTYPE_FLOAT64;
+    case tensorflow::DT_INT32: return TFX_DTYPE_INT32;
+    case tensorflow::DT_INT64: return TFX_DTYPE_INT64;
+    case tensorflow::DT_UINT8: return TFX_DTYPE_UINT8;
+    default: return 0;  // the op's type constraint rules this out
   }
 }
 
 absl::Status ToTfStatus(int32_t code, const std::string& msg) {
   switch (code) {
-    case 0: return absl::OkStatus();
-    case 1: return absl::InvalidArgumentError(msg);
-    case 2: return absl::DeadlineExceededError(msg);
-    case 3: return absl::UnavailableError(msg);
-    case 4: return absl::DataLossError(msg);
-    case 5: return absl::FailedPreconditionError(msg);
-    case 7: return absl::AbortedError(msg);
+    case TFX_STATUS_OK: return absl::OkStatus();
+    case TFX_STATUS_INVALID_ARGUMENT: return absl::InvalidArgumentError(msg);
+    case TFX_STATUS_TIMEOUT: return absl::DeadlineExceededError(msg);
+    case TFX_STATUS_CONNECTION_CLOSED: return absl::UnavailableError(msg);
+    case TFX_STATUS_PROTOCOL: return absl::DataLossError(msg);
+    case TFX_STATUS_MISMATCH: return absl::FailedPreconditionError(msg);
+    case TFX_STATUS_ABORTED: return absl::AbortedError(msg);
     default: return absl::InternalError(msg);
   }
 }
 
+// The attrs' values are constrained by the op registrations (comm_ops.cc).
 int32_t ReductionCode(const std::string& r) {
-  return r == "sum" ? 0 : r == "mean" ? 1 : r == "min" ? 2 : 3;
+  return r == "sum" ? TFX_REDUCE_SUM : r == "mean" ? TFX_REDUCE_MEAN : r == "min" ? TFX_REDUCE_MIN : TFX_REDUCE_MAX;
 }
 
 int32_t CompressionCode(const std::string& c) {
-  return c == "float16" ? 1 : c == "bfloat16" ? 2 : 0;
+  return c == "float16" ? TFX_COMPRESSION_FLOAT16 : c == "bfloat16" ? TFX_COMPRESSION_BFLOAT16 : TFX_COMPRESSION_NONE;
 }
 
 // Shared by the entries of one op call; deletes itself after the last callback.
@@ -64,7 +65,6 @@ struct CallState {
   std::mutex mu;
   absl::Status status;
   std::vector<std::vector<int64_t>> dims;
-  std::vector<std::string> names;
 
   static void OnDone(void* arg, int32_t code, const char* message) {
     CallState* s = static_cast<CallState*>(arg);
@@ -99,7 +99,8 @@ class CollectiveKernel : public AsyncOpKernel {
  public:
   explicit CollectiveKernel(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("communicator_id", &comm_id_));
-    OP_REQUIRES_OK(c, c->GetAttr("group_name", &group_name_));
+    // One per input, made by tfx_dist.comm.naming (the one place names are made).
+    OP_REQUIRES_OK(c, c->GetAttr("names", &names_));
   }
 
  protected:
@@ -111,17 +112,19 @@ class CollectiveKernel : public AsyncOpKernel {
       done();
       return;
     }
-    CallState* state = new CallState{ctx, std::move(done), {n}, {}, absl::OkStatus(), {}, {}};
+    OP_REQUIRES_ASYNC(ctx, static_cast<int>(names_.size()) == n,
+                      absl::InvalidArgumentError("tfx_dist: " + std::to_string(n) + " tensors but " +
+                                                 std::to_string(names_.size()) + " names"),
+                      done);
+    CallState* state = new CallState{ctx, std::move(done), {n}, {}, absl::OkStatus(), {}};
     std::vector<tfx_entry> entries(n);
     state->dims.resize(n);
-    state->names.resize(n);
     for (int i = 0; i < n; ++i) {
       const Tensor& in = ctx->input(i);
       const int32_t dtype = DtypeCode(in.dtype());
       for (int d = 0; d < in.dims(); ++d) state->dims[i].push_back(in.dim_size(d));
-      state->names[i] = n == 1 && op == 2 ? group_name_ : group_name_ + "/" + std::to_string(i);
       tfx_entry& e = entries[i];
-      e.name = state->names[i].c_str();
+      e.name = names_[i].c_str();
       e.op = op;
       e.dtype = dtype;
       e.reduction = reduction;
@@ -130,8 +133,9 @@ class CollectiveKernel : public AsyncOpKernel {
       e.ndims = in.dims();
       e.dims = state->dims[i].data();
       e.input = in.tensor_data().data();
-      e.output = op == 2 ? nullptr : const_cast<char*>(ctx->mutable_output(i)->tensor_data().data());
-      e.alloc = op == 2 ? &CallState::Allocate : nullptr;
+      const bool gather = op == TFX_OP_ALLGATHER;
+      e.output = gather ? nullptr : const_cast<char*>(ctx->mutable_output(i)->tensor_data().data());
+      e.alloc = gather ? &CallState::Allocate : nullptr;
       e.alloc_arg = state;
       e.done = &CallState::OnDone;
       e.done_arg = state;
@@ -165,7 +169,7 @@ class CollectiveKernel : public AsyncOpKernel {
   }
 
   int64_t comm_id_;
-  std::string group_name_;
+  std::vector<std::string> names_;
 };
 
 class TfxAllReduceOp : public CollectiveKernel {
@@ -179,7 +183,7 @@ class TfxAllReduceOp : public CollectiveKernel {
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     if (!AllocateLikeInputs(ctx)) return done();
-    Submit(ctx, std::move(done), 1, reduction_, compression_, 0);
+    Submit(ctx, std::move(done), TFX_OP_ALLREDUCE, reduction_, compression_, 0);
   }
 
  private:
@@ -194,7 +198,7 @@ class TfxAllGatherOp : public CollectiveKernel {
                       absl::InvalidArgumentError("TfxAllGather needs a tensor of rank >= 1 (it "
                                                  "concatenates on dimension 0); got a scalar"),
                       done);
-    Submit(ctx, std::move(done), 2, 0, 0, 0);
+    Submit(ctx, std::move(done), TFX_OP_ALLGATHER, TFX_REDUCE_SUM, TFX_COMPRESSION_NONE, 0);
   }
 };
 
@@ -205,7 +209,7 @@ class TfxBroadcastOp : public CollectiveKernel {
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     if (!AllocateLikeInputs(ctx)) return done();
-    Submit(ctx, std::move(done), 3, 0, 0, root_);
+    Submit(ctx, std::move(done), TFX_OP_BROADCAST, TFX_REDUCE_SUM, TFX_COMPRESSION_NONE, root_);
   }
 
  private:

@@ -20,13 +20,14 @@ REGISTER_OP("TfxAllReduce")
     .Attr("T: list({half, bfloat16, float, double, int32, int64})")
     .Attr("communicator_id: int")
     .Attr("reduction: {'sum', 'mean', 'min', 'max'} = 'sum'")
-    .Attr("group_name: string")
+    .Attr("names: list(string)")
     .Attr("compression: {'none', 'float16', 'bfloat16'} = 'none'")
     .SetIsStateful()
     .SetShapeFn(SameShapes)
     .Doc(R"doc(
 All-reduces a list of tensors across the processes of a tfx_dist communicator.
-Every process must run an op with the same group_name, dtypes and shapes; the
+Every process must run an op with the same names (one per tensor, made by
+tfx_dist.comm.naming), dtypes and shapes; the
 runtime negotiates, fuses and executes them asynchronously.
 )doc");
 
@@ -35,7 +36,7 @@ REGISTER_OP("TfxAllGather")
     .Output("gathered: T")
     .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
     .Attr("communicator_id: int")
-    .Attr("group_name: string")
+    .Attr("names: list(string)")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle in = c->input(0);
@@ -60,7 +61,7 @@ REGISTER_OP("TfxBroadcast")
     .Attr("T: list({half, bfloat16, float, double, int32, int64, uint8})")
     .Attr("communicator_id: int")
     .Attr("root: int = 0")
-    .Attr("group_name: string")
+    .Attr("names: list(string)")
     .SetIsStateful()
     .SetShapeFn(SameShapes)
     .Doc(R"doc(

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "custom_ops/comm/core/collectives/collectives.h"
+#include "custom_ops/comm/core/collectives/recv_consumers.h"
 #include "custom_ops/comm/core/transport/wait.h"
 
 namespace tfx::comm {
@@ -31,13 +32,15 @@ Status RunPipeline(const CollectiveContext& ctx, const std::vector<PipelineStep>
     while (rs < n_steps && roff == steps[rs].recv_bytes) { ++rs; roff = 0; }
     if (rs < n_steps) {
       const PipelineStep& st = steps[rs];
-      RecvSink sink;
-      sink.dst = st.recv + roff;
-      sink.other = st.recv_other != nullptr ? st.recv_other + roff : nullptr;
-      sink.reduce = st.reduce;
-      sink.align = align;
       size_t moved = 0;
-      Status s = ctx.left->TryRecv(sink, st.recv_bytes - roff, &moved);
+      Status s;
+      if (st.reduce != nullptr) {
+        ReduceInto into(st.recv + roff, st.recv_other + roff, st.reduce, align);
+        s = ctx.left->TryRecv(into, st.recv_bytes - roff, &moved);
+      } else {
+        CopyInto into(st.recv + roff, align);
+        s = ctx.left->TryRecv(into, st.recv_bytes - roff, &moved);
+      }
       if (!s.ok()) {
         return Status(s.code(), Prefix(ctx) + "receiving from rank " + std::to_string(ctx.left->peer()) +
                                     " over " + ctx.left->transport() + " (" +

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "custom_ops/comm/core/transport/tcp_pair.h"
+#include "custom_ops/comm/core/transport/socket_io.h"
 
 namespace tfx::comm {
 namespace {

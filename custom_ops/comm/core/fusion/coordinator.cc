@@ -2,26 +2,10 @@
 
 #include <cstdio>
 
+#include "custom_ops/comm/core/executors/ops.h"
+
 namespace tfx::comm {
 namespace {
-
-bool SameShapeAfterFirst(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  for (size_t i = 1; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
-bool Agree(const EntryMeta& a, const EntryMeta& b) {
-  if (a.op != b.op || a.dtype != b.dtype) return false;
-  switch (a.op) {
-    case OpType::kAllreduce:
-      return a.shape == b.shape && a.reduction == b.reduction && a.compression == b.compression;
-    case OpType::kAllgather: return SameShapeAfterFirst(a.shape, b.shape);
-    case OpType::kBroadcast: return a.shape == b.shape && a.root == b.root;
-  }
-  return false;
-}
 
 std::string UserName(const std::string& key) {
   // "<name>#<occurrence>": say which call it was in words.
@@ -51,32 +35,25 @@ void Coordinator::Add(int rank, const EntryMeta& meta, Clock::time_point now) {
   p.metas[rank] = meta;
   if (++p.count < size_) return;
   Response resp;
+  resp.op = p.metas[0].op;
   resp.keys.push_back(meta.key);
   resp.error = Disagreement(meta.key, p);
-  if (!resp.error.empty()) {
-    resp.kind = Response::Kind::kError;
-  } else {
-    switch (p.metas[0].op) {
-      case OpType::kAllreduce: resp.kind = Response::Kind::kAllreduce; break;
-      case OpType::kBroadcast: resp.kind = Response::Kind::kBroadcast; break;
-      case OpType::kAllgather:
-        resp.kind = Response::Kind::kAllgather;
-        for (const EntryMeta& m : p.metas) resp.dim0s.push_back(m.shape[0]);
-        break;
-    }
-  }
+  const OpRow* row = FindOp(static_cast<int>(resp.op));  // known: checked when decoded
+  if (!resp.failed() && row->complete != nullptr) row->complete(p.metas, &resp);
   ready_.emplace_back(p.metas[0], std::move(resp));
   pending_.erase(meta.key);
 }
 
 std::string Coordinator::Disagreement(const std::string& key, const Pending& p) const {
+  const EntryMeta& m0 = p.metas[0];
+  const OpRow* row = FindOp(static_cast<int>(m0.op));
   bool agree = true;
-  for (int r = 1; r < size_; ++r) agree = agree && Agree(p.metas[0], p.metas[r]);
-  if (p.metas[0].op == OpType::kAllgather && p.metas[0].shape.empty())
-    return "tfx_dist: allgather " + UserName(key) + " needs tensors of rank >= 1 (it concatenates on dimension 0); got a scalar";
-  if (p.metas[0].op == OpType::kBroadcast && (p.metas[0].root < 0 || p.metas[0].root >= size_))
-    return "tfx_dist: broadcast " + UserName(key) + ": root rank " + std::to_string(p.metas[0].root) +
-           " is not in [0, " + std::to_string(size_) + ")";
+  for (int r = 1; r < size_; ++r) {
+    const EntryMeta& m = p.metas[r];
+    agree = agree && m.op == m0.op && m.dtype == m0.dtype && row->agree(m0, m);
+  }
+  std::string invalid = row->check_agreed(m0, size_, UserName(key));
+  if (!invalid.empty()) return invalid;
   if (agree) return "";
   std::string msg = "tfx_dist: ranks disagree on collective " + UserName(key) + ":";
   for (int r = 0; r < size_; ++r) msg += " rank " + std::to_string(r) + " submitted " + p.metas[r].Describe() + (r + 1 < size_ ? ";" : ".");
@@ -97,17 +74,16 @@ std::vector<Response> Coordinator::TakeResponses() {
     bucket_size = 0;
   };
   for (auto& [meta, resp] : ready_) {
-    if (resp.kind != Response::Kind::kAllreduce) {
+    const OpRow* row = FindOp(static_cast<int>(meta.op));
+    if (resp.failed() || row->fuses == nullptr) {
       flush();
       out.push_back(std::move(resp));
       continue;
     }
-    const bool fits = bucket_meta != nullptr && bucket_meta->dtype == meta.dtype &&
-                      bucket_meta->reduction == meta.reduction &&
-                      bucket_meta->compression == meta.compression &&
+    const bool fits = bucket_meta != nullptr && bucket_meta->op == meta.op && row->fuses(*bucket_meta, meta) &&
                       bucket_size + meta.bytes() <= bucket_bytes_;
     if (!fits) flush();
-    bucket.kind = Response::Kind::kAllreduce;
+    bucket.op = meta.op;
     bucket.keys.push_back(meta.key);
     bucket_meta = &meta;
     bucket_size += meta.bytes();
@@ -127,7 +103,7 @@ std::vector<Response> Coordinator::TakeTimedOut(Clock::time_point now) {
     char secs[32];
     std::snprintf(secs, sizeof(secs), "%g", timeout_s_);
     Response resp;
-    resp.kind = Response::Kind::kError;
+    resp.op = it->second.metas[have[0]].op;
     resp.keys.push_back(it->first);
     resp.error = "tfx_dist rank 0 (coordinator): timed out after " + std::string(secs) +
                  " s waiting for " + Ranks(missing) + " to submit collective " + UserName(it->first) +

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "custom_ops/comm/core/executors/ops.h"
+
 namespace tfx::comm {
 namespace {
 
@@ -45,12 +47,8 @@ Status Malformed(const char* what) {
 }  // namespace
 
 const char* OpTypeName(OpType op) {
-  switch (op) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kBroadcast: return "broadcast";
-  }
-  return "unknown";
+  const OpRow* row = FindOp(static_cast<int>(op));
+  return row != nullptr ? row->name : "unknown";
 }
 
 int64_t EntryMeta::num_elements() const {
@@ -99,8 +97,8 @@ Status DecodeReady(const std::string& payload, std::vector<EntryMeta>* metas) {
     int32_t dtype, red, comp;
     uint32_t ndims;
     if (!r.GetString(&m.key) || !r.Get(&op) || !r.Get(&dtype) || !r.Get(&red) || !r.Get(&comp) ||
-        !r.Get(&m.root) || !r.Get(&ndims) || ndims > 64 || op < 1 || op > 3 || !ValidDataType(dtype) ||
-        red < 0 || red > 3 || comp < 0 || comp > 2)
+        !r.Get(&m.root) || !r.Get(&ndims) || ndims > 64 || FindOp(op) == nullptr || !ValidDataType(dtype) ||
+        !ValidReduceOp(red) || !ValidCompression(comp))
       return Malformed("READY");
     m.op = static_cast<OpType>(op);
     m.dtype = static_cast<DataType>(dtype);
@@ -118,7 +116,7 @@ std::string EncodeExecute(const std::vector<Response>& responses) {
   Writer w;
   w.Put<uint32_t>(static_cast<uint32_t>(responses.size()));
   for (const Response& resp : responses) {
-    w.Put<uint8_t>(static_cast<uint8_t>(resp.kind));
+    w.Put<uint8_t>(static_cast<uint8_t>(resp.op));
     w.Put<uint32_t>(static_cast<uint32_t>(resp.keys.size()));
     for (const auto& k : resp.keys) w.PutString(k);
     w.PutString(resp.error);
@@ -134,10 +132,10 @@ Status DecodeExecute(const std::string& payload, std::vector<Response>* response
   if (!r.Get(&n)) return Malformed("EXECUTE");
   for (uint32_t i = 0; i < n; ++i) {
     Response resp;
-    uint8_t kind;
+    uint8_t op;
     uint32_t nkeys, ndims;
-    if (!r.Get(&kind) || kind < 1 || kind > 4 || !r.Get(&nkeys)) return Malformed("EXECUTE");
-    resp.kind = static_cast<Response::Kind>(kind);
+    if (!r.Get(&op) || FindOp(op) == nullptr || !r.Get(&nkeys)) return Malformed("EXECUTE");
+    resp.op = static_cast<OpType>(op);
     for (uint32_t k = 0; k < nkeys; ++k) {
       std::string key;
       if (!r.GetString(&key)) return Malformed("EXECUTE");

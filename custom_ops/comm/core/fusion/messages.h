@@ -10,8 +10,9 @@
 //      the metas: any difference becomes an ERROR response naming each
 //      rank's view. Otherwise the key joins the ready list, in the order keys
 //      completed.
-//   3. Rank 0 turns the ready list into responses (all-reduce keys of one
-//      dtype/reduction/compression fused into buckets up to the threshold)
+//   3. Rank 0 turns the ready list into responses (keys of ops that fuse,
+//      e.g. all-reduces of one dtype/reduction/compression, fused into
+//      buckets up to the threshold; the rules per op are in executors/ops.cc)
 //      and sends EXECUTE{responses} to every rank, then executes them itself.
 //      Every rank runs the responses in the order received, so all ranks
 //      enter the same collectives in the same order whatever order their
@@ -30,8 +31,9 @@
 
 namespace tfx::comm {
 
+// The codes are the C API's TFX_OP_ values; each has a row in executors/ops.cc.
 enum class OpType : uint8_t { kAllreduce = 1, kAllgather = 2, kBroadcast = 3 };
-const char* OpTypeName(OpType op);
+const char* OpTypeName(OpType op);  // the op table's name
 
 struct EntryMeta {
   std::string key;  // "<name>#<occurrence>"
@@ -48,11 +50,11 @@ struct EntryMeta {
 };
 
 struct Response {
-  enum class Kind : uint8_t { kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kError = 4 };
-  Kind kind = Kind::kAllreduce;
+  OpType op = OpType::kAllreduce;
   std::vector<std::string> keys;
-  std::string error;           // kError
-  std::vector<int64_t> dim0s;  // kAllgather: first dimension on each rank
+  std::string error;           // non-empty: the keys fail with it, nothing runs
+  std::vector<int64_t> dim0s;  // all-gather: first dimension on each rank
+  bool failed() const { return !error.empty(); }
 };
 
 enum class MessageType : uint8_t { kReady = 1, kExecute = 2, kBroken = 3 };

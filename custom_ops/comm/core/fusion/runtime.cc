@@ -357,7 +357,7 @@ void Runtime::Run(const std::vector<Response>& responses) {
         pending_.erase(it);
       }
     }
-    if (resp.kind == Response::Kind::kError) {
+    if (resp.failed()) {
       const Code code = resp.error.find("timed out") != std::string::npos ? Code::kTimeout : Code::kMismatch;
       for (Entry& e : entries) e.done(Status(code, resp.error));
       continue;

@@ -11,18 +11,29 @@
 #include <cstddef>
 #include <string>
 
-#include "custom_ops/comm/core/reduce_kernels.h"
 #include "custom_ops/comm/core/status.h"
 
 namespace tfx::comm {
 
-// What to do with received bytes: copy them to dst (reduce == nullptr), or
-// store dst[i] = other[i] op incoming[i] (reduce != nullptr).
-struct RecvSink {
-  char* dst = nullptr;
-  const char* other = nullptr;
-  ReduceFn reduce = nullptr;
-  size_t align = 1;  // element size: reduce is only ever handed whole elements
+// Where the bytes of one TryRecv call go, supplied by the caller (the
+// collective decides what received bytes mean; the transport only moves
+// them). Offsets count from the first byte of that call.
+class RecvConsumer {
+ public:
+  explicit RecvConsumer(size_t align = 1) : align_(align) {}
+  virtual ~RecvConsumer() = default;
+  // Bytes [at, at + n) of the call, in order, straight from where the
+  // transport holds them (a shared-memory slot, a staging buffer): no copy
+  // is made before this. n is a multiple of align().
+  virtual void Consume(size_t at, const char* data, size_t n) = 0;
+  // A consumer that only copies may offer its destination: the transport
+  // then writes bytes [at, at + n) to destination() + at itself (a socket
+  // receives straight into place) and calls no Consume for them.
+  virtual char* destination() { return nullptr; }
+  size_t align() const { return align_; }  // spans hold whole elements
+
+ private:
+  size_t align_;
 };
 
 class Pair {
@@ -38,9 +49,9 @@ class Pair {
 
   // Hands up to n bytes to the transport without blocking; *moved = bytes taken.
   virtual Status TrySend(const char* data, size_t n, size_t* moved) = 0;
-  // Delivers up to n received bytes (a multiple of sink.align) into sink
-  // without blocking; *moved = bytes delivered (a multiple of sink.align).
-  virtual Status TryRecv(const RecvSink& sink, size_t n, size_t* moved) = 0;
+  // Delivers up to n received bytes (a multiple of consumer.align()) to
+  // consumer without blocking; *moved = bytes delivered (a multiple of align).
+  virtual Status TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) = 0;
 
   // A descriptor poll() can wait on for both directions, or -1 when the
   // transport must be polled by spinning (shared memory).

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <new>
 
-#include "custom_ops/comm/core/transport/tcp_pair.h"
+#include "custom_ops/comm/core/transport/socket_io.h"
 
 namespace tfx::comm {
 
@@ -108,7 +108,8 @@ void Unmap(ShmRing* ring) {
 }  // namespace
 
 Status ShmPair::Connect(int rank, int peer, int fd, const Deadline& deadline,
-                        std::unique_ptr<Pair>* out) {
+                        std::unique_ptr<ShmPair>* out) {
+  out->reset();
   SetNonBlocking(fd);
   const std::string what = "rank " + std::to_string(rank) + ": shared-memory handshake with rank " +
                            std::to_string(peer);
@@ -138,10 +139,9 @@ Status ShmPair::Connect(int rank, int peer, int fd, const Deadline& deadline,
   }
   if (mine == 1 && theirs == 1) {
     out->reset(new ShmPair(rank, peer, fd, in, out_ring));
-  } else {
+  } else {  // fd stays the caller's
     Unmap(in);
     Unmap(out_ring);
-    out->reset(new TcpPair(rank, peer, fd));
   }
   return Status::Ok();
 }
@@ -216,21 +216,20 @@ Status ShmPair::TrySend(const char* data, size_t n, size_t* moved) {
   return Status::Ok();
 }
 
-Status ShmPair::TryRecv(const RecvSink& sink, size_t n, size_t* moved) {
+Status ShmPair::TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) {
   *moved = 0;
   if (shut_down_) return CheckAlive();
   bool freed = false;
   uint64_t tail = in_->tail.load(std::memory_order_relaxed);
   const uint64_t head = in_->head.load(std::memory_order_acquire);
+  char* const dst = consumer.destination();
   while (n > *moved && tail < head) {
     const size_t len = in_->lengths[tail % kSlots];
     const size_t take = std::min(len - read_offset_, n - *moved);
     const char* src = in_->slot(tail) + read_offset_;
-    if (sink.reduce == nullptr) {
-      std::memcpy(sink.dst + *moved, src, take);
-    } else {
-      sink.reduce(sink.dst + *moved, sink.other + *moved, src, take / sink.align);
-    }
+    // Straight out of the slot: the consumer reduces from here, no copy first.
+    if (dst != nullptr) std::memcpy(dst + *moved, src, take);
+    else consumer.Consume(*moved, src, take);
     *moved += take;
     read_offset_ += take;
     if (read_offset_ == len) {

@@ -33,15 +33,17 @@ struct ShmRing;  // the shared layout, defined in shm_pair.cc
 
 class ShmPair : public Pair {
  public:
-  // Runs the handshake over fd (taking ownership of it) and returns a ShmPair,
-  // or a TcpPair over fd when either side cannot map shared memory.
+  // Runs the handshake over fd. *out: a ShmPair that owns fd (it watches it
+  // for the peer's death), or null when either side cannot map shared
+  // memory: fd then stays the caller's (for a TcpPair). On an error fd is
+  // closed.
   static Status Connect(int rank, int peer, int fd, const Deadline& deadline,
-                        std::unique_ptr<Pair>* out);
+                        std::unique_ptr<ShmPair>* out);
   ~ShmPair() override;
 
   const char* transport() const override { return "shm"; }
   Status TrySend(const char* data, size_t n, size_t* moved) override;
-  Status TryRecv(const RecvSink& sink, size_t n, size_t* moved) override;
+  Status TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) override;
   int poll_fd() const override { return -1; }
   bool Block(bool want_recv, bool want_send, int timeout_us) override;
   Status CheckAlive() override;

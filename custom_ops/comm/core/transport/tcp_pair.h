@@ -16,7 +16,7 @@ class TcpPair : public Pair {
 
   const char* transport() const override { return "tcp"; }
   Status TrySend(const char* data, size_t n, size_t* moved) override;
-  Status TryRecv(const RecvSink& sink, size_t n, size_t* moved) override;
+  Status TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) override;
   int poll_fd() const override { return fd_; }
   void Shutdown() override;
 
@@ -24,17 +24,10 @@ class TcpPair : public Pair {
   Status SocketError(const char* what, int err) const;
 
   int fd_;
-  // Received bytes that still need reducing, and a partial element carried
+  // Received bytes for a consumer without a destination, and a partial element carried
   // over to the next call (TCP does not preserve element boundaries).
   std::vector<char> staging_;
   size_t carry_ = 0;
 };
-
-// Blocking helpers over a nonblocking socket, bounded by a deadline (used for
-// the shared-memory handshake and the control channel).
-class Deadline;
-Status SendAll(int fd, const void* data, size_t n, const Deadline& deadline, const std::string& what);
-Status RecvAll(int fd, void* data, size_t n, const Deadline& deadline, const std::string& what);
-void SetNonBlocking(int fd);
 
 }  // namespace tfx::comm

@@ -1,0 +1,45 @@
+// All-reduce of one fusion bucket (same dtype, reduction and compression):
+// uncompressed, the ring works on the tensors where they lie plus one packed
+// run of the small ones (Packing); compressed, on the 16-bit copy of the
+// whole bucket (Compress). A mean is a sum scaled at the end.
+#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/reduce_kernels.h"
+
+namespace tfx::comm {
+namespace {
+
+class AllreduceExecutor : public Executor {
+ public:
+  Status Execute(const Response& resp, std::vector<Entry*>& entries, ExecContext& ctx) override {
+    const EntryMeta& m0 = entries[0]->meta;
+    const ReduceOp op = m0.reduction == ReduceOp::kMean ? ReduceOp::kSum : m0.reduction;
+    // Only float32 is compressed.
+    const Compression comp = m0.dtype == DataType::kFloat32 ? m0.compression : Compression::kNone;
+    ctx.stats->allreduce_buckets.fetch_add(1, std::memory_order_relaxed);
+    ctx.stats->fused_entries.fetch_add(static_cast<int64_t>(entries.size()), std::memory_order_relaxed);
+    for (Entry* e : entries)
+      ctx.stats->allreduce_bytes.fetch_add(static_cast<int64_t>(e->meta.bytes()), std::memory_order_relaxed);
+    Deadline deadline(ctx.timeout_s);
+    const CollectiveContext ring = ctx.Ring(DescribeEntries("allreduce", entries), &deadline);
+    if (comp == Compression::kNone) {
+      const Packing packing(entries, ctx.scratch);
+      TFX_RETURN_IF_ERROR(RingAllreduce(ring, packing.pieces(), m0.dtype, op));
+      packing.Unpack();
+    } else {
+      size_t count = 0;
+      char* wire = Compress(entries, comp, ctx.scratch, &count);
+      TFX_RETURN_IF_ERROR(RingAllreduce(ring, wire, wire, count, WireType(comp), op));
+      Decompress(entries, comp, wire);
+    }
+    if (m0.reduction == ReduceOp::kMean) {
+      for (Entry* e : entries) Scale(e->output, e->meta.num_elements(), m0.dtype, ctx.size);
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> MakeAllreduceExecutor() { return std::make_unique<AllreduceExecutor>(); }
+
+}  // namespace tfx::comm

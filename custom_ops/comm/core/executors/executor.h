@@ -1,0 +1,61 @@
+// How a collective is executed once the ranks have agreed on it.
+//
+// An Executor runs one response (one collective, or one fused bucket of
+// them) on this rank's entries for its keys, in key order. It sees the
+// communicator only through an ExecContext: this rank's place, its pairs to
+// every peer, the options, a scratch buffer and the counters. The runtime
+// chooses the executor from the op table (ops.h) by the response's op.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "custom_ops/comm/core/collectives/collectives.h"
+#include "custom_ops/comm/core/deadline.h"
+#include "custom_ops/comm/core/executors/fusion_buffer.h"
+#include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/transport/pair.h"
+
+namespace tfx::comm {
+
+// Counters since creation (for tests and monitoring).
+struct CommStats {
+  std::atomic<int64_t> responses{0};          // collectives executed (a fused bucket counts once)
+  std::atomic<int64_t> allreduce_buckets{0};  // all-reduce responses
+  std::atomic<int64_t> fused_entries{0};      // tensors in those buckets
+  std::atomic<int64_t> allreduce_bytes{0};    // bytes reduced (before compression)
+  // Summed over collectives: from the first entry's submission until this
+  // rank could run it (negotiation: the slowest rank's arrival and the
+  // round trip to rank 0), and running it (the data path).
+  std::atomic<int64_t> waiting_ns{0};
+  std::atomic<int64_t> running_ns{0};
+};
+
+struct ExecContext {
+  int rank = 0;
+  int size = 1;
+  const std::vector<std::unique_ptr<Pair>>* pairs = nullptr;  // [peer], null at rank
+  double timeout_s = 300.0;
+  size_t chunk_bytes = 128 << 10;
+  FusionBuffer* scratch = nullptr;  // the runtime thread's; one executor at a time
+  CommStats* stats = nullptr;
+
+  Pair* pair(int peer) const { return (*pairs)[peer].get(); }
+  // The ring around this rank for one collective named `what` (for errors).
+  CollectiveContext Ring(const std::string& what, const Deadline* deadline) const;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // entries: this rank's entries for resp.keys, in that order (never empty).
+  // A failure leaves the communicator broken (data may be in flight).
+  virtual Status Execute(const Response& resp, std::vector<Entry*>& entries, ExecContext& ctx) = 0;
+};
+
+// "allreduce 'x'" or "allreduce of 5 fused tensors ('a', 'b', ...)", for errors.
+std::string DescribeEntries(const char* op, const std::vector<Entry*>& entries);
+
+}  // namespace tfx::comm

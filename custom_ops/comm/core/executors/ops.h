@@ -1,0 +1,40 @@
+// The op table: everything the runtime knows about each collective, one row
+// per OpType. The negotiation (coordinator.cc), the C API's checks and the
+// runtime's dispatch read it, so none of them names an op: adding a
+// collective is one executor and one row (see custom_ops/comm/README.md).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "custom_ops/comm/core/executors/executor.h"
+#include "custom_ops/comm/core/fusion/messages.h"
+
+namespace tfx::comm {
+
+struct OpRow {
+  OpType op;
+  const char* name;  // as in errors: "allreduce"
+  // A request this op cannot take, checked where it is submitted (before any
+  // negotiation): an error message, or null.
+  const char* (*check_local)(const EntryMeta& m);
+  // Whether two ranks' requests for one key describe the same collective
+  // (op and dtype are compared before).
+  bool (*agree)(const EntryMeta& a, const EntryMeta& b);
+  // An error every rank gets though the ranks agree (e.g. a root outside the
+  // job), or "" (`what` names the collective for the message).
+  std::string (*check_agreed)(const EntryMeta& m, int size, const std::string& what);
+  // Fills what the executors need beyond the keys from every rank's request
+  // (all-gather: each rank's first dimension); may be null.
+  void (*complete)(const std::vector<EntryMeta>& by_rank, Response* resp);
+  // Whether `next` may join a fusion bucket that starts with `first`; null:
+  // never fused (every key gets a response of its own).
+  bool (*fuses)(const EntryMeta& first, const EntryMeta& next);
+  std::unique_ptr<Executor> (*make_executor)();
+};
+
+// The row of `op`, or null when it is not a known op (a code off the wire).
+const OpRow* FindOp(int op);
+
+}  // namespace tfx::comm

@@ -1,0 +1,540 @@
+// The collective runtime in one process, as Gloo tests its algorithms: N
+// communicators connected over socketpair()s, one runtime thread each.
+// Every collective over every transport and rank count 1..12, sizes 0, 1,
+// odd and larger than a chunk, every dtype and reduction, against a
+// reference computed here; then the coordinator and the message encoding on
+// their own. No TensorFlow. Built and run by `make cpp-test`
+// (tests/comm/test_cpp_runtime.py runs that under pytest).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "custom_ops/comm/core/c_api.h"
+#include "custom_ops/comm/core/communicator.h"
+#include "custom_ops/comm/core/fusion/coordinator.h"
+#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/reduce_kernels.h"
+
+using namespace tfx::comm;
+
+namespace {
+
+int g_checks = 0, g_failures = 0;
+
+#define CHECK(cond, msg)                                                               \
+  do {                                                                                 \
+    ++g_checks;                                                                        \
+    if (!(cond)) {                                                                     \
+      if (++g_failures <= 30)                                                          \
+        std::fprintf(stderr, "%s:%d: FAILED %s: %s\n", __FILE__, __LINE__, #cond,      \
+                     std::string(msg).c_str());                                        \
+    }                                                                                  \
+  } while (0)
+
+// --- A job of N communicators in this process ------------------------------
+
+struct Job {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  Communicator& operator[](int r) { return *comms[r]; }
+  int size() const { return static_cast<int>(comms.size()); }
+};
+
+Job MakeJob(int n, bool shm, double timeout_s = 20.0, size_t chunk = 4096, size_t bucket = 64 << 20) {
+  std::vector<std::vector<int>> data(n, std::vector<int>(n, -1)), ctrl(n, std::vector<int>(n, -1));
+  for (int a = 0; a < n; ++a)
+    for (int b = a + 1; b < n; ++b) {
+      int sv[2];
+      if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) std::abort();
+      data[a][b] = sv[0];
+      data[b][a] = sv[1];
+    }
+  for (int r = 1; r < n; ++r) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) std::abort();
+    ctrl[0][r] = sv[0];
+    ctrl[r][0] = sv[1];
+  }
+  CommunicatorOptions opts;
+  opts.timeout_s = timeout_s;
+  opts.use_shm = shm;
+  opts.chunk_bytes = chunk;
+  opts.bucket_bytes = bucket;
+  Job job;
+  job.comms.resize(n);
+  std::vector<std::thread> threads;  // the shm handshakes wait for each other
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Status st = Communicator::Create(r, n, data[r], ctrl[r], std::vector<bool>(n, true), opts, &job.comms[r]);
+      if (!st.ok()) std::fprintf(stderr, "create rank %d: %s\n", r, st.message().c_str()), std::abort();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return job;
+}
+
+// Waits for every done callback of a round.
+struct Latch {
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = 0;
+  std::vector<Status> statuses;
+  std::function<void(const Status&)> Slot() {
+    std::lock_guard<std::mutex> lock(mu);
+    ++left;
+    statuses.emplace_back();
+    const size_t i = statuses.size() - 1;
+    return [this, i](const Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      statuses[i] = s;
+      if (--left == 0) cv.notify_all();
+    };
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return left == 0; });
+  }
+};
+
+Entry MakeEntry(const std::string& name, OpType op, DataType dt, ReduceOp red, std::vector<int64_t> shape,
+                const void* in, void* out, Latch* latch) {
+  Entry e;
+  e.meta.key = name;
+  e.meta.op = op;
+  e.meta.dtype = dt;
+  e.meta.reduction = red;
+  e.meta.shape = std::move(shape);
+  e.input = in;
+  e.output = out;
+  e.done = latch->Slot();
+  return e;
+}
+
+// --- Values and the reference ----------------------------------------------
+
+const DataType kReducible[] = {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                               DataType::kFloat64, DataType::kInt32,    DataType::kInt64};
+const ReduceOp kReductions[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax};
+
+// Small integers: exact in every type, sums included (|sum| <= 12 * 6).
+double Value(int rank, size_t i) { return static_cast<double>((rank * 7 + i * 3) % 13) - 6.0; }
+
+void Store(DataType dt, void* buf, size_t i, double v) {
+  switch (dt) {
+    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = FloatToHalfBits(static_cast<float>(v)); break;
+    case DataType::kBFloat16: {
+      const float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(bits >> 16);  // exact for these values
+      break;
+    }
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+  }
+}
+
+double Load(DataType dt, const void* buf, size_t i) {
+  switch (dt) {
+    case DataType::kFloat16: return HalfBitsToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBFloat16: {
+      const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(buf)[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kUInt8: return static_cast<const uint8_t*>(buf)[i];
+  }
+  return 0;
+}
+
+double Reference(DataType dt, ReduceOp op, int n, size_t i) {
+  double acc = Value(0, i);
+  for (int r = 1; r < n; ++r) {
+    const double v = Value(r, i);
+    acc = op == ReduceOp::kMin ? std::min(acc, v) : op == ReduceOp::kMax ? std::max(acc, v) : acc + v;
+  }
+  if (op != ReduceOp::kMean) return acc;
+  if (dt == DataType::kInt32 || dt == DataType::kInt64) return std::trunc(acc / n);
+  return acc / n;
+}
+
+bool Close(DataType dt, double got, double want) {
+  const double tol = dt == DataType::kFloat16 ? 1e-3 : dt == DataType::kBFloat16 ? 8e-3 : 1e-6;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+std::string Where(int n, bool shm, DataType dt, ReduceOp op, size_t count) {
+  return std::to_string(n) + " ranks over " + (shm ? "shm" : "tcp") + ", " + DataTypeName(dt) + " " +
+         ReduceOpName(op) + ", " + std::to_string(count) + " elements";
+}
+
+// --- Collectives over a job ------------------------------------------------
+
+// One all-reduce per (dtype, reduction) for each count in `counts`, all in
+// one round (so tensors of one dtype and reduction are fused when
+// fused = true, else each count gets its own round).
+void TestAllreduce(Job& job, bool shm, const std::vector<size_t>& counts, bool fused, int* round) {
+  const int n = job.size();
+  struct Buf {
+    std::vector<char> in, out;
+  };
+  std::vector<std::vector<size_t>> rounds;
+  if (fused) rounds.push_back(counts);
+  else
+    for (size_t c : counts) rounds.push_back({c});
+  for (const auto& these : rounds) {
+    Latch latch;
+    std::vector<Buf> bufs;  // [rank][dtype][op][count]
+    bufs.reserve(n * 6 * 4 * these.size());
+    std::vector<std::vector<Entry>> entries(n);
+    for (int r = 0; r < n; ++r)
+      for (DataType dt : kReducible)
+        for (ReduceOp op : kReductions)
+          for (size_t count : these) {
+            const size_t bytes = count * ElementSize(dt);
+            bufs.push_back({std::vector<char>(bytes + 1), std::vector<char>(bytes + 1)});
+            for (size_t i = 0; i < count; ++i) Store(dt, bufs.back().in.data(), i, Value(r, i));
+            const std::string name = "ar" + std::to_string(*round) + "/" + DataTypeName(dt) + "/" +
+                                     ReduceOpName(op) + "/" + std::to_string(count);
+            entries[r].push_back(MakeEntry(name, OpType::kAllreduce, dt, op, {static_cast<int64_t>(count)},
+                                           bufs.back().in.data(), bufs.back().out.data(), &latch));
+          }
+    for (int r = 0; r < n; ++r) job[r].Submit(std::move(entries[r]));
+    latch.Wait();
+    for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+    size_t b = 0;
+    for (int r = 0; r < n; ++r)
+      for (DataType dt : kReducible)
+        for (ReduceOp op : kReductions)
+          for (size_t count : these) {
+            const Buf& buf = bufs[b++];
+            bool ok = true;
+            size_t bad = 0;
+            for (size_t i = 0; i < count && ok; ++i)
+              if (!Close(dt, Load(dt, buf.out.data(), i), Reference(dt, op, n, i))) ok = false, bad = i;
+            CHECK(ok, Where(n, shm, dt, op, count) + ", rank " + std::to_string(r) + ", element " +
+                          std::to_string(bad) + ": got " + std::to_string(Load(dt, buf.out.data(), bad)) +
+                          ", want " + std::to_string(Reference(dt, op, n, bad)));
+          }
+    ++*round;
+  }
+}
+
+// Rank r contributes (r * 5) % 4 rows (some none) of `cols` values.
+void TestAllgather(Job& job, bool shm, DataType dt, size_t cols, int* round) {
+  const int n = job.size();
+  Latch latch;
+  std::vector<std::vector<char>> ins(n), outs(n);
+  std::vector<int64_t> got_dim0(n, -1);
+  std::vector<std::vector<Entry>> entries(n);
+  auto rows = [](int r) { return static_cast<size_t>((r * 5) % 4); };
+  const size_t elem = ElementSize(dt);
+  for (int r = 0; r < n; ++r) {
+    ins[r].resize(rows(r) * cols * elem + 1);
+    for (size_t i = 0; i < rows(r) * cols; ++i) Store(dt, ins[r].data(), i, Value(r, i) + 6);
+    Entry e = MakeEntry("ag" + std::to_string(*round), OpType::kAllgather, dt, ReduceOp::kSum,
+                        {static_cast<int64_t>(rows(r)), static_cast<int64_t>(cols)}, ins[r].data(), nullptr, &latch);
+    e.allocate = [&outs, &got_dim0, r, cols, elem](int64_t dim0) -> void* {
+      got_dim0[r] = dim0;
+      outs[r].resize(static_cast<size_t>(dim0) * cols * elem + 1);
+      return outs[r].data();
+    };
+    entries[r].push_back(std::move(e));
+  }
+  for (int r = 0; r < n; ++r) job[r].Submit(std::move(entries[r]));
+  latch.Wait();
+  for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+  int64_t total = 0;
+  for (int r = 0; r < n; ++r) total += static_cast<int64_t>(rows(r));
+  for (int r = 0; r < n; ++r) {
+    CHECK(got_dim0[r] == total, "allgather dim0 on rank " + std::to_string(r));
+    bool ok = got_dim0[r] == total;
+    size_t at = 0;
+    for (int src = 0; src < n && ok; ++src)
+      for (size_t i = 0; i < rows(src) * cols && ok; ++i, ++at)
+        ok = Load(dt, outs[r].data(), at) == Value(src, i) + 6;
+    CHECK(ok, std::string("allgather ") + DataTypeName(dt) + " over " + std::to_string(n) + " ranks, " +
+                  (shm ? "shm" : "tcp") + ", rank " + std::to_string(r));
+  }
+  ++*round;
+}
+
+// One broadcast from every root, all submitted in one round.
+void TestBroadcast(Job& job, bool shm, size_t bytes, int* round) {
+  const int n = job.size();
+  Latch latch;
+  std::vector<std::vector<std::vector<char>>> bufs(n, std::vector<std::vector<char>>(n));  // [rank][root]
+  std::vector<std::vector<Entry>> entries(n);
+  for (int r = 0; r < n; ++r)
+    for (int root = 0; root < n; ++root) {
+      std::vector<char>& buf = bufs[r][root];
+      buf.resize(bytes + 1);
+      for (size_t i = 0; i < bytes; ++i) buf[i] = static_cast<char>(r == root ? i * 31 + root : 0x55);
+      Entry e = MakeEntry("bc" + std::to_string(*round) + "/" + std::to_string(root), OpType::kBroadcast,
+                          DataType::kUInt8, ReduceOp::kSum, {static_cast<int64_t>(bytes)}, buf.data(), buf.data(),
+                          &latch);
+      e.meta.root = root;
+      entries[r].push_back(std::move(e));
+    }
+  for (int r = 0; r < n; ++r) job[r].Submit(std::move(entries[r]));
+  latch.Wait();
+  for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+  for (int r = 0; r < n; ++r)
+    for (int root = 0; root < n; ++root) {
+      bool ok = true;
+      for (size_t i = 0; i < bytes && ok; ++i) ok = bufs[r][root][i] == static_cast<char>(i * 31 + root);
+      CHECK(ok, "broadcast of " + std::to_string(bytes) + " bytes from root " + std::to_string(root) + " over " +
+                    std::to_string(n) + " ranks, " + (shm ? "shm" : "tcp") + ", rank " + std::to_string(r));
+    }
+  ++*round;
+}
+
+void TestCollectives(int max_ranks) {
+  // chunk 4096 bytes: 1500 float64 elements span several chunks; 20000 float32
+  // (80 KB) is reduced where it lies rather than packed (Packing::kDirectBytes).
+  const std::vector<size_t> counts{0, 1, 1001, 1500};
+  for (int n = 1; n <= max_ranks; ++n)
+    for (bool shm : {false, true}) {
+      Job job = MakeJob(n, shm);
+      for (int p = 0; p < n; ++p)
+        CHECK(job[0].transport(p) == (p == 0 ? "self" : shm ? "shm" : "tcp"), "transport to " + std::to_string(p));
+      int round = 0;
+      TestAllreduce(job, shm, counts, /*fused=*/false, &round);
+      TestAllreduce(job, shm, {0, 1, 1001, 1500, 20000}, /*fused=*/true, &round);
+      TestAllgather(job, shm, DataType::kFloat32, 3, &round);
+      TestAllgather(job, shm, DataType::kUInt8, 1001, &round);
+      TestBroadcast(job, shm, 10001, &round);
+      TestBroadcast(job, shm, 0, &round);
+      std::fprintf(stderr, "collectives: %2d ranks over %s ok\n", n, shm ? "shm" : "tcp");
+    }
+}
+
+// Ranks that disagree get an error naming each view; the job survives it.
+// A rank that never submits times the others out.
+void TestNegotiationThroughTheRuntime() {
+  Job job = MakeJob(3, true, /*timeout_s=*/0.5);
+  {
+    Latch latch;
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(5, 1.0f));
+    for (int r = 0; r < 3; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("x", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {r == 2 ? 5 : 4},
+                             bufs[r].data(), bufs[r].data(), &latch));
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& s : latch.statuses) {
+      CHECK(s.code() == Code::kMismatch, s.message());
+      CHECK(s.message().find("rank 2 submitted allreduce float32[5] sum") != std::string::npos, s.message());
+    }
+  }
+  {
+    Latch latch;
+    std::vector<std::vector<float>> bufs(2, std::vector<float>(4, 1.0f));
+    for (int r = 0; r < 2; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("lonely", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {4},
+                             bufs[r].data(), bufs[r].data(), &latch));
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& s : latch.statuses) {
+      CHECK(s.code() == Code::kTimeout, s.message());
+      CHECK(s.message().find("rank 2 to submit") != std::string::npos, s.message());
+    }
+  }
+  int round = 100;
+  TestAllreduce(job, true, {7}, false, &round);  // still usable
+}
+
+// --- The coordinator on its own --------------------------------------------
+
+EntryMeta Meta(const std::string& key, OpType op, DataType dt, std::vector<int64_t> shape) {
+  EntryMeta m;
+  m.key = key;
+  m.op = op;
+  m.dtype = dt;
+  m.shape = std::move(shape);
+  return m;
+}
+
+void TestCoordinator() {
+  const auto now = Clock::now();
+  {  // fusion: same dtype/reduction up to the bucket size, in completion order
+    Coordinator c(2, /*bucket_bytes=*/100, 10.0);
+    for (const char* k : {"a", "b", "c"})
+      for (int r : {1, 0}) c.Add(r, Meta(k, OpType::kAllreduce, DataType::kFloat32, {10}), now);  // 40 bytes
+    EntryMeta d = Meta("d", OpType::kAllreduce, DataType::kFloat64, {1});
+    c.Add(0, d, now);
+    c.Add(1, d, now);
+    EntryMeta e = Meta("e", OpType::kBroadcast, DataType::kFloat32, {1});
+    c.Add(0, e, now);
+    c.Add(1, e, now);
+    EntryMeta big = Meta("big", OpType::kAllreduce, DataType::kFloat64, {100});  // larger than a bucket
+    c.Add(0, big, now);
+    c.Add(1, big, now);
+    auto rs = c.TakeResponses();
+    CHECK(rs.size() == 5, "responses: " + std::to_string(rs.size()));
+    if (rs.size() == 5) {
+      CHECK(rs[0].keys == std::vector<std::string>({"a", "b"}), "first bucket");
+      CHECK(rs[1].keys == std::vector<std::string>({"c"}), "second bucket (full)");
+      CHECK(rs[2].keys == std::vector<std::string>({"d"}), "dtype change starts a bucket");
+      CHECK(rs[3].op == OpType::kBroadcast && rs[3].keys.size() == 1, "broadcast not fused");
+      CHECK(rs[4].keys == std::vector<std::string>({"big"}), "an oversized tensor gets its own bucket");
+    }
+    CHECK(!c.HasReady(), "taken");
+  }
+  {  // agreement errors
+    Coordinator c(3, 1 << 20, 10.0);
+    c.Add(0, Meta("s", OpType::kAllreduce, DataType::kFloat32, {4}), now);
+    c.Add(1, Meta("s", OpType::kAllreduce, DataType::kFloat32, {4}), now);
+    c.Add(2, Meta("s", OpType::kAllreduce, DataType::kFloat64, {4}), now);
+    EntryMeta g0 = Meta("g", OpType::kAllgather, DataType::kInt32, {1, 3});
+    EntryMeta g1 = Meta("g", OpType::kAllgather, DataType::kInt32, {5, 3});
+    c.Add(0, g0, now);
+    c.Add(1, g1, now);
+    c.Add(2, g0, now);
+    EntryMeta b = Meta("b", OpType::kBroadcast, DataType::kInt32, {2});
+    b.root = 3;
+    for (int r = 0; r < 3; ++r) c.Add(r, b, now);
+    EntryMeta sc = Meta("sc", OpType::kAllgather, DataType::kInt32, {});
+    for (int r = 0; r < 3; ++r) c.Add(r, sc, now);
+    auto rs = c.TakeResponses();
+    CHECK(rs.size() == 4, "responses");
+    if (rs.size() == 4) {
+      CHECK(rs[0].failed() && rs[0].error.find("rank 2 submitted allreduce float64[4]") != std::string::npos,
+            rs[0].error);
+      CHECK(!rs[1].failed() && rs[1].dim0s == std::vector<int64_t>({1, 5, 1}), "allgather dim0s");
+      CHECK(rs[2].failed() && rs[2].error.find("root rank 3 is not in [0, 3)") != std::string::npos, rs[2].error);
+      CHECK(rs[3].failed() && rs[3].error.find("got a scalar") != std::string::npos, rs[3].error);
+    }
+  }
+  {  // timeouts name the missing ranks
+    Coordinator c(3, 1 << 20, 1.0);
+    c.Add(1, Meta("t", OpType::kAllreduce, DataType::kFloat32, {4}), now);
+    CHECK(c.TakeTimedOut(now + std::chrono::milliseconds(500)).empty(), "not yet");
+    CHECK(c.NextDeadline() <= now + std::chrono::seconds(1), "deadline");
+    auto rs = c.TakeTimedOut(now + std::chrono::seconds(2));
+    CHECK(rs.size() == 1 && rs[0].failed() && rs[0].error.find("ranks 0, 2 to submit") != std::string::npos,
+          rs.empty() ? "none" : rs[0].error);
+    CHECK(c.NextDeadline() == Clock::time_point::max(), "nothing pending");
+  }
+}
+
+// --- The messages on their own ---------------------------------------------
+
+void TestMessages() {
+  std::vector<EntryMeta> metas{Meta("a#0", OpType::kAllreduce, DataType::kBFloat16, {2, 3}),
+                               Meta("b#1", OpType::kBroadcast, DataType::kUInt8, {})};
+  metas[0].reduction = ReduceOp::kMax;
+  metas[0].compression = Compression::kFloat16;
+  metas[1].root = 5;
+  const std::string ready = EncodeReady(metas);
+  std::vector<EntryMeta> back;
+  CHECK(DecodeReady(ready, &back).ok() && back.size() == 2, "READY round trip");
+  if (back.size() == 2) {
+    CHECK(back[0].key == "a#0" && back[0].shape == metas[0].shape && back[0].reduction == ReduceOp::kMax &&
+              back[0].compression == Compression::kFloat16 && back[0].dtype == DataType::kBFloat16,
+          "READY fields");
+    CHECK(back[1].op == OpType::kBroadcast && back[1].root == 5 && back[1].shape.empty(), "READY fields 2");
+  }
+  std::vector<Response> resps(2);
+  resps[0].op = OpType::kAllgather;
+  resps[0].keys = {"g#0"};
+  resps[0].dim0s = {1, 0, 7};
+  resps[1].keys = {"x#0", "y#3"};
+  resps[1].error = "no";
+  const std::string exec = EncodeExecute(resps);
+  std::vector<Response> rback;
+  CHECK(DecodeExecute(exec, &rback).ok() && rback.size() == 2, "EXECUTE round trip");
+  if (rback.size() == 2) {
+    CHECK(rback[0].op == OpType::kAllgather && rback[0].dim0s == resps[0].dim0s && !rback[0].failed(), "EXECUTE 0");
+    CHECK(rback[1].keys == resps[1].keys && rback[1].error == "no", "EXECUTE 1");
+  }
+  std::string reason;
+  CHECK(DecodeBroken(EncodeBroken("dead"), &reason).ok() && reason == "dead", "BROKEN round trip");
+  // Every truncation and a trailing byte are rejected, with kProtocol.
+  for (const std::string* p : {&ready, &exec}) {
+    bool all = true;
+    for (size_t len = 0; len < p->size(); ++len) {
+      std::vector<EntryMeta> m;
+      std::vector<Response> r;
+      const std::string cut = p->substr(0, len);
+      const Status s = p == &ready ? DecodeReady(cut, &m) : DecodeExecute(cut, &r);
+      all = all && s.code() == Code::kProtocol;
+    }
+    CHECK(all, "truncated payloads rejected");
+    std::vector<EntryMeta> m;
+    std::vector<Response> r;
+    const Status s = p == &ready ? DecodeReady(*p + "x", &m) : DecodeExecute(*p + "x", &r);
+    CHECK(s.code() == Code::kProtocol, "trailing byte rejected");
+  }
+  // Unknown codes are rejected.
+  std::string bad_op = ready;
+  bad_op[4 + 4 + 3] = 99;  // count, key length, "a#0", then the op byte
+  CHECK(DecodeReady(bad_op, &back).code() == Code::kProtocol, "unknown op rejected");
+  std::string bad_kind = exec;
+  bad_kind[4] = 0;
+  CHECK(DecodeExecute(bad_kind, &rback).code() == Code::kProtocol, "unknown response op rejected");
+  // Garbage never crashes and is (almost always) rejected.
+  std::mt19937 rng(7);
+  int accepted = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string junk(rng() % 64, '\0');
+    for (char& c : junk) c = static_cast<char>(rng());
+    std::vector<EntryMeta> m;
+    std::vector<Response> r;
+    accepted += DecodeReady(junk, &m).ok() + DecodeExecute(junk, &r).ok();
+  }
+  CHECK(accepted < 40, "garbage accepted " + std::to_string(accepted) + " times");
+}
+
+void TestCApi() {
+  const tfx_comm_options d = tfx_comm_default_options();
+  const CommunicatorOptions core;
+  CHECK(d.timeout_s == core.timeout_s && d.bucket_bytes == static_cast<int64_t>(core.bucket_bytes) &&
+            d.chunk_bytes == static_cast<int64_t>(core.chunk_bytes) && d.use_shm == 1,
+        "default options");
+  CHECK(tfx_comm_abi_value("sizeof(tfx_entry)") == sizeof(tfx_entry), "abi sizeof");
+  CHECK(tfx_comm_abi_value("TFX_OP_BROADCAST") == TFX_OP_BROADCAST, "abi op");
+  CHECK(tfx_comm_abi_value("nonsense") == -1, "abi unknown");
+  tfx_comm_options bad = d;
+  bad.chunk_bytes = 0;
+  char err[256] = {0};
+  const int32_t fds[1] = {-1}, same[1] = {0};
+  CHECK(tfx_comm_create(0, 1, fds, fds, same, &bad, err, sizeof(err)) == 0 &&
+            std::string(err).find("chunk_bytes") != std::string::npos,
+        err);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int max_ranks = argc > 1 ? std::atoi(argv[1]) : 12;
+  const auto start = Clock::now();
+  TestMessages();
+  TestCoordinator();
+  TestCApi();
+  TestNegotiationThroughTheRuntime();
+  TestCollectives(max_ranks);
+  const double s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::fprintf(stderr, "%d checks, %d failed, %.1f s\n", g_checks, g_failures, s);
+  return g_failures == 0 ? 0 : 1;
+}
