@@ -19,7 +19,7 @@ test: setup
 # the coordinator and the messages. tests/comm/test_cpp_runtime.py runs this
 # target, so `make test` runs it once, under pytest.
 CPP_TEST_DIR := build/cpp-test
-COMM_TEST_SRCS := $(shell find custom_ops/comm/core -name '*.cc') custom_ops/comm/tests/runtime_test.cc
+COMM_TEST_SRCS := $(shell find custom_ops/comm/core -name '*.cc' ! -name '*_test.cc') custom_ops/comm/tests/runtime_test.cc
 COMM_TEST_OBJS := $(COMM_TEST_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
 COMM_HEADERS := $(shell find custom_ops/comm -name '*.h')
 

@@ -3,6 +3,7 @@
 socketpair(), threads standing in for processes, over TCP-style sockets and
 shared memory."""
 
+import glob
 import os
 import shutil
 import subprocess
@@ -11,9 +12,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORE = os.path.join("custom_ops", "comm", "core")
-SOURCES = [os.path.join(CORE, "service", f) for f in ("service_test.cc", "frame_io.cc", "server.cc", "client.cc")] + \
-          [os.path.join(CORE, "transport", f) for f in ("tcp_pair.cc", "shm_pair.cc", "wait.cc")] + \
-          [os.path.join(CORE, "status.cc")]
+# The test's main and the whole runtime (as `make cpp-test` builds it).
+SOURCES = [os.path.join(CORE, "service", "service_test.cc")] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, CORE, "**", "*.cc"), recursive=True)
+    if not p.endswith("_test.cc"))
 BUILD = os.path.join(ROOT, "build", "service_test")
 FLAGS = ["-std=c++17", "-O1", "-g", "-Wall", "-Wno-sign-compare", "-pthread", "-I" + ROOT]
 

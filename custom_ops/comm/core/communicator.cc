@@ -6,8 +6,7 @@
 #include <cstring>
 
 #include "custom_ops/comm/core/executors/ops.h"
-#include "custom_ops/comm/core/transport/shm_pair.h"
-#include "custom_ops/comm/core/transport/tcp_pair.h"
+#include "custom_ops/comm/core/transport/connect_pair.h"
 
 namespace tfx::comm {
 
@@ -41,16 +40,7 @@ Status Communicator::Create(int rank, int size, const std::vector<int>& data_fds
     if (peer == rank) continue;
     const int fd = data_fds[peer];
     if (!status.ok()) { close(fd); continue; }
-    if (options.use_shm && same_host[peer]) {
-      std::unique_ptr<ShmPair> shm;
-      status = ShmPair::Connect(rank, peer, fd, deadline, &shm);
-      if (!status.ok()) continue;
-      if (shm) {
-        comm->pairs_[peer] = std::move(shm);
-        continue;
-      }  // either side cannot map shared memory: TCP over the same connection
-    }
-    comm->pairs_[peer].reset(new TcpPair(rank, peer, fd));
+    status = ConnectPair(rank, peer, fd, options.use_shm && same_host[peer], deadline, &comm->pairs_[peer]);
   }
   std::vector<std::unique_ptr<ControlChannel>> channels;
   if (rank == 0) {

@@ -1,5 +1,6 @@
 // What the ring does with the bytes it receives (transport/pair.h's
-// RecvConsumer): copy them into place, or reduce them into place.
+// RecvConsumer) besides copying them into place (CopyInto, pair.h): reduce
+// them into place.
 #pragma once
 
 #include <cstring>
@@ -8,17 +9,6 @@
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm {
-
-// dst[at..] = incoming. Offers dst, so a socket receives straight into it.
-class CopyInto : public RecvConsumer {
- public:
-  CopyInto(char* dst, size_t align) : RecvConsumer(align), dst_(dst) {}
-  void Consume(size_t at, const char* data, size_t n) override { std::memcpy(dst_ + at, data, n); }
-  char* destination() override { return dst_; }
-
- private:
-  char* dst_;
-};
 
 // dst[i] = other[i] op incoming[i], reduced straight out of the transport's
 // memory (the shared-memory slot): no copy first.

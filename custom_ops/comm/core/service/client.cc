@@ -255,8 +255,8 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
     while (x.recv_k < x.order.size()) {
       size_t moved = 0;
       if (x.recv_off < kHeader) {
-        TFX_RETURN_IF_ERROR(
-            pair->TryRecv(RecvSink{reinterpret_cast<char*>(&x.in) + x.recv_off}, kHeader - x.recv_off, &moved));
+        CopyInto into(reinterpret_cast<char*>(&x.in) + x.recv_off);
+        TFX_RETURN_IF_ERROR(pair->TryRecv(into, kHeader - x.recv_off, &moved));
         if (moved == 0) return Status::Ok();
         *progressed = true;
         x.recv_off += moved;
@@ -265,7 +265,8 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
       }
       const size_t got = x.recv_off - kHeader;
       if (got < x.in.payload_bytes) {
-        TFX_RETURN_IF_ERROR(pair->TryRecv(RecvSink{x.dst + got}, x.in.payload_bytes - got, &moved));
+        CopyInto into(x.dst + got);
+        TFX_RETURN_IF_ERROR(pair->TryRecv(into, x.in.payload_bytes - got, &moved));
         if (moved == 0) return Status::Ok();
         *progressed = true;
         x.recv_off += moved;

@@ -2,8 +2,7 @@
 
 #include <unistd.h>
 
-#include "custom_ops/comm/core/transport/shm_pair.h"
-#include "custom_ops/comm/core/transport/tcp_pair.h"
+#include "custom_ops/comm/core/transport/connect_pair.h"
 #include "custom_ops/comm/core/transport/wait.h"
 
 namespace tfx::comm::service {
@@ -23,11 +22,10 @@ Status ConnectPairs(const std::vector<int>& fds, const std::vector<bool>& same_h
     }
     if (fds[i] < 0) {
       status = Status(Code::kInvalidArgument, "no connection to " + who[i]);
-    } else if (use_shm && same_host[i]) {
-      status = ShmPair::Connect(/*rank=*/-1, static_cast<int>(i), fds[i], deadline, &(*pairs)[i])
-                   .WithPrefix(who[i] + ": ");
     } else {
-      (*pairs)[i].reset(new TcpPair(-1, static_cast<int>(i), fds[i]));
+      status = ConnectPair(/*rank=*/-1, static_cast<int>(i), fds[i], use_shm && same_host[i], deadline,
+                           &(*pairs)[i])
+                   .WithPrefix(who[i] + ": ");
     }
   }
   if (!status.ok()) pairs->clear();
@@ -55,7 +53,8 @@ Status RecvBytes(Pair* pair, char* dst, size_t n, const Deadline& deadline, size
   *got = 0;
   while (*got < n) {
     size_t moved = 0;
-    Status st = pair->TryRecv(RecvSink{dst + *got}, n - *got, &moved);
+    CopyInto into(dst + *got);
+    Status st = pair->TryRecv(into, n - *got, &moved);
     *got += moved;  // also what came before an EOF
     TFX_RETURN_IF_ERROR(st);
     if (moved > 0) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <string>
 
 #include "custom_ops/comm/core/status.h"
@@ -34,6 +35,18 @@ class RecvConsumer {
 
  private:
   size_t align_;
+};
+
+// dst[at..] = incoming: the consumer of every plain receive. Offers dst, so
+// a socket receives straight into it.
+class CopyInto : public RecvConsumer {
+ public:
+  explicit CopyInto(char* dst, size_t align = 1) : RecvConsumer(align), dst_(dst) {}
+  void Consume(size_t at, const char* data, size_t n) override { std::memcpy(dst_ + at, data, n); }
+  char* destination() override { return dst_; }
+
+ private:
+  char* dst_;
 };
 
 class Pair {

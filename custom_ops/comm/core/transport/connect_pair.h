@@ -1,0 +1,17 @@
+// The pair over one connected, authenticated socket: shared memory with a
+// peer on this host where both ends can map it, else TCP over the socket.
+#pragma once
+
+#include <memory>
+
+#include "custom_ops/comm/core/deadline.h"
+#include "custom_ops/comm/core/transport/pair.h"
+
+namespace tfx::comm {
+
+// Takes ownership of fd. try_shm: the peer shares this host's /dev/shm (and
+// shared memory is allowed); both ends must pass the same value.
+Status ConnectPair(int rank, int peer, int fd, bool try_shm, const Deadline& deadline,
+                   std::unique_ptr<Pair>* out);
+
+}  // namespace tfx::comm
