@@ -38,6 +38,7 @@ import keras
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
+from tfx_dist import checkpointing
 from tfx_dist import cluster as cluster_lib
 from tfx_dist import input_balance
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
@@ -133,6 +134,10 @@ class MultiWorkerMirroredExtended(StrategyInput,
         self._cfer_fn_cache = weakref.WeakKeyDictionary()
         self.experimental_enable_get_next_as_optional = True
         self._use_var_policy = False
+        if info.num_workers > 1:
+            # Saves return once the chief's files are complete (see checkpointing).
+            checkpointing.register_strategy(container_strategy)
+            checkpointing.install_save_barrier()
         tf.get_logger().info(
             "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
             info.rank, info.num_workers, info.task_type, info.task_index, local_devices)
