@@ -31,7 +31,6 @@ made safe for several workers.
 from __future__ import annotations
 
 import os
-import shutil
 import weakref
 
 import keras
@@ -41,6 +40,7 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist import checkpointing
 from tfx_dist import cluster as cluster_lib
 from tfx_dist import input_balance
+from tfx_dist import keras_callbacks
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
 from tfx_dist.strategy_input import StrategyInput
 
@@ -135,9 +135,11 @@ class MultiWorkerMirroredExtended(StrategyInput,
         self.experimental_enable_get_next_as_optional = True
         self._use_var_policy = False
         if info.num_workers > 1:
-            # Saves return once the chief's files are complete (see checkpointing).
+            # Saves return once the chief's files are complete (see checkpointing);
+            # Keras's callbacks write the real files on the chief only (keras_callbacks).
             checkpointing.register_strategy(container_strategy)
             checkpointing.install_save_barrier()
+            keras_callbacks.install()
         tf.get_logger().info(
             "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
             info.rank, info.num_workers, info.task_type, info.task_index, local_devices)
@@ -374,55 +376,13 @@ def remove_temp_dirpath(dirpath: str, strategy=None) -> None:
 
 
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`keras.callbacks.BackupAndRestore` for several workers.
+    """`keras.callbacks.BackupAndRestore`, kept under this name for existing programs.
 
-    Keras 3's callback knows nothing of workers: each would write the same
-    files in ``backup_dir`` at the same time and each would delete the folder
-    at the end. Here every worker saves (saving may read values that need a
-    collective), but only the chief writes to ``backup_dir``; the others write
-    to a temporary folder (see `write_dirpath`) and delete it. Every worker
-    restores from ``backup_dir``, which must be on storage every worker
-    reads. Only the chief deletes it at the end, after all workers are done.
-
-    Example:
-    ```python
-    backup = tfx_dist.multi_worker_mirrored_strategy.BackupAndRestore("/shared/backup")
-    model.fit(x, y, epochs=10, callbacks=[backup])  # rerun the job to resume
-    ```
+    Keras's own callback now works as it is under tfx_dist's multi-worker
+    strategy (see `tfx_dist.keras_callbacks`): the chief writes ``backup_dir``,
+    the other workers write to a temporary folder of their own, and every
+    worker restores from ``backup_dir``, which must be on storage every worker
+    reads.
 
     Args: as `keras.callbacks.BackupAndRestore`.
     """
-
-    def _strategy(self):
-        return self.model.distribute_strategy
-
-    def _save_model(self):
-        strategy = self._strategy()
-        target = write_dirpath(self.backup_dir, strategy)
-        # Keras checks `exists` then `makedirs`: another worker creating its temp
-        # folder inside backup_dir in between would make that fail.
-        os.makedirs(target, exist_ok=True)
-        if target == self.backup_dir:
-            return super()._save_model()
-        real = (self.backup_dir, self._weights_path, self._training_metadata_path,
-                self._prev_weights_path, self._prev_training_metadata_path)
-        try:
-            self.backup_dir = target
-            self._weights_path = os.path.join(target, os.path.basename(real[1]))
-            self._training_metadata_path = os.path.join(target, os.path.basename(real[2]))
-            self._prev_weights_path = self._weights_path + ".bkp"
-            self._prev_training_metadata_path = self._training_metadata_path + ".bkp"
-            super()._save_model()
-        finally:
-            (self.backup_dir, self._weights_path, self._training_metadata_path,
-             self._prev_weights_path, self._prev_training_metadata_path) = real
-            if os.path.exists(target):
-                shutil.rmtree(target, ignore_errors=True)
-
-    def on_train_end(self, logs=None):
-        strategy = self._strategy()
-        if _is_multi_worker(strategy):
-            strategy.extended.barrier()  # nobody still writes when the chief deletes
-            if not strategy.extended.should_checkpoint:
-                return
-        super().on_train_end(logs)

@@ -41,10 +41,10 @@ class SlowToSave(keras.layers.Layer):
         super().save_own_variables(store)
 
 
-def build():
+def build(slow=True):
     with strategy.scope():
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"),
-                                  SlowToSave(), keras.layers.Dense(1)])
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu")]
+                                 + [SlowToSave()] * slow + [keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.01), "mse")
     return model
 
@@ -102,4 +102,32 @@ if PHASE == "save_load":
         if not CHIEF:
             shutil.rmtree(write_dir(ckpt_dir))
     out["loads"] = loads
+elif PHASE == "callbacks":
+    import tfx_dist
+
+    model = build(slow=False)
+    callbacks = [
+        keras.callbacks.ModelCheckpoint(os.path.join(SHARED, "ckpt", "model_{epoch}.keras")),
+        keras.callbacks.ModelCheckpoint(os.path.join(SHARED, "best.weights.h5"), monitor="loss",
+                                        save_best_only=True, save_weights_only=True),
+        keras.callbacks.BackupAndRestore(os.path.join(SHARED, "backup"), delete_checkpoint=False,
+                                         double_checkpoint=True),
+        tfx_dist.BackupAndRestore(os.path.join(SHARED, "backup2")),
+        keras.callbacks.TensorBoard(os.path.join(SHARED, "tb"), histogram_freq=1),
+        keras.callbacks.CSVLogger(os.path.join(SHARED, "log.csv")),
+    ]
+    paths = [dict(vars(c)) for c in callbacks]
+    model.fit(x, y, batch_size=32, epochs=2, validation_data=(x[:32], y[:32]), verbose=0,
+              callbacks=callbacks)
+    model.evaluate(x, y, batch_size=32, verbose=0, callbacks=callbacks[4:5])
+    strategy.barrier()
+    out["files"] = sorted(os.path.relpath(os.path.join(d, f), SHARED)
+                          for d, _, files in os.walk(SHARED) for f in files)
+    with open(os.path.join(SHARED, "log.csv")) as f:
+        out["csv"] = f.read().splitlines()
+    out["paths_restored"] = all(getattr(c, k) == v[k] for c, v in zip(callbacks, paths)
+                                for k in ("filepath", "backup_dir", "log_dir", "filename")
+                                if k in v)
+    out["temp_left"] = os.listdir(os.environ["TMPDIR"])
+    out["pid"] = os.getpid()
 report(out)
