@@ -2,7 +2,10 @@
 
 TensorFlow's convention, which the multi-worker tutorial follows: every
 worker saves (saving may run collectives), the chief to the real path and the
-others to temporary places they delete afterwards.
+others to temporary places they delete afterwards: `write_dirpath`,
+`write_filepath` and `remove_temp_dirpath` give those places.
+`BackupAndRestore` is Keras's callback under tfx_dist's name (Keras's own
+works unchanged, see `tfx_dist.keras_callbacks`).
 
 Save barrier: a worker that saves and then loads the chief's file (the
 tutorial does) must not load before the chief has finished writing it. Once a
@@ -29,6 +32,7 @@ attribute is used), so they are version-independent; they are installed once.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
 
@@ -117,3 +121,58 @@ def install_save_barrier() -> None:
             if not getattr(method, "__tfx_dist_save_barrier__", False):
                 setattr(owner, name, _with_barrier(method, model_arg))
         _installed = True
+
+
+# -- paths: the chief writes, the others write to temporary folders --------------------------
+
+def _strategy_or_current(strategy):
+    return strategy if strategy is not None else tf.distribute.get_strategy()
+
+
+def write_dirpath(dirpath: str, strategy=None) -> str:
+    """The folder this worker should write ``dirpath``'s checkpoint to.
+
+    The chief (and a single worker) writes to ``dirpath`` itself; every other
+    worker to ``dirpath/workertemp_<task id>``, TensorFlow's convention, so
+    that it never clobbers the chief's files. Remove it afterwards with
+    `remove_temp_dirpath`.
+
+    Example:
+    ```python
+    path = tfx_dist.checkpointing.write_dirpath("/ckpt", strategy)
+    manager = tf.train.CheckpointManager(checkpoint, path, max_to_keep=1)
+    manager.save()                                   # on every worker
+    remove_temp_dirpath("/ckpt", strategy)
+    ```
+    """
+    strategy = _strategy_or_current(strategy)
+    if is_chief(strategy):
+        return dirpath
+    return os.path.join(dirpath, f"workertemp_{strategy.cluster_resolver.task_id}")
+
+
+def write_filepath(filepath: str, strategy=None) -> str:
+    """`write_dirpath` for a file path: the chief keeps it, the others write elsewhere."""
+    dirpath, base = os.path.split(filepath)
+    return os.path.join(write_dirpath(dirpath, strategy), base)
+
+
+def remove_temp_dirpath(dirpath: str, strategy=None) -> None:
+    """Deletes this worker's temporary folder made by `write_dirpath` (no-op on the chief)."""
+    strategy = _strategy_or_current(strategy)
+    path = write_dirpath(dirpath, strategy)
+    if path != dirpath:
+        tf.io.gfile.rmtree(path) if tf.io.gfile.exists(path) else None
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore`, kept under this name for existing programs.
+
+    Keras's own callback now works as it is under tfx_dist's multi-worker
+    strategy (see `tfx_dist.keras_callbacks`): the chief writes ``backup_dir``,
+    the other workers write to a temporary folder of their own, and every
+    worker restores from ``backup_dir``, which must be on storage every worker
+    reads.
+
+    Args: as `keras.callbacks.BackupAndRestore`.
+    """

@@ -22,18 +22,16 @@ strategy's ``reduce`` accepts nests and reduces scalars across replicas
 whatever the axis.
 
 Checkpoints follow TensorFlow's convention: every worker saves (saving may
-run collectives), the chief to the real path and the others to temporary
-folders they delete afterwards (`write_dirpath`, `write_filepath`,
-`remove_temp_dirpath`); `BackupAndRestore` is `keras.callbacks.BackupAndRestore`
-made safe for several workers.
+run collectives), the chief to the real path and the others elsewhere. With
+several workers the strategy makes saves wait for the chief's files and
+Keras's file-writing callbacks write the chief's files only (see
+`tfx_dist.checkpointing` and `tfx_dist.keras_callbacks`).
 """
 
 from __future__ import annotations
 
-import os
 import weakref
 
-import keras
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
@@ -41,6 +39,9 @@ from tfx_dist import checkpointing
 from tfx_dist import cluster as cluster_lib
 from tfx_dist import input_balance
 from tfx_dist import keras_callbacks
+# The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
+from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
+                                    write_dirpath, write_filepath)
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
 from tfx_dist.strategy_input import StrategyInput
 
@@ -326,63 +327,3 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     def barrier(self) -> None:
         """Returns once every worker has called it."""
         self.extended.barrier()
-
-
-# -- checkpoints: the chief writes, the others write to temporary folders -------------------
-
-def _strategy_or_current(strategy):
-    return strategy if strategy is not None else tf.distribute.get_strategy()
-
-
-def _is_multi_worker(strategy) -> bool:
-    extended = strategy.extended
-    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
-
-
-def write_dirpath(dirpath: str, strategy=None) -> str:
-    """The folder this worker should write ``dirpath``'s checkpoint to.
-
-    The chief (and a single worker) writes to ``dirpath`` itself; every other
-    worker to ``dirpath/workertemp_<task id>``, TensorFlow's convention, so
-    that it never clobbers the chief's files. Remove it afterwards with
-    `remove_temp_dirpath`.
-
-    Example:
-    ```python
-    path = tfx_dist.multi_worker_mirrored_strategy.write_dirpath("/ckpt", strategy)
-    manager = tf.train.CheckpointManager(checkpoint, path, max_to_keep=1)
-    manager.save()                                   # on every worker
-    remove_temp_dirpath("/ckpt", strategy)
-    ```
-    """
-    strategy = _strategy_or_current(strategy)
-    if not _is_multi_worker(strategy) or strategy.extended.should_checkpoint:
-        return dirpath
-    return os.path.join(dirpath, f"workertemp_{strategy.cluster_resolver.task_id}")
-
-
-def write_filepath(filepath: str, strategy=None) -> str:
-    """`write_dirpath` for a file path: the chief keeps it, the others write elsewhere."""
-    dirpath, base = os.path.split(filepath)
-    return os.path.join(write_dirpath(dirpath, strategy), base)
-
-
-def remove_temp_dirpath(dirpath: str, strategy=None) -> None:
-    """Deletes this worker's temporary folder made by `write_dirpath` (no-op on the chief)."""
-    strategy = _strategy_or_current(strategy)
-    path = write_dirpath(dirpath, strategy)
-    if path != dirpath:
-        tf.io.gfile.rmtree(path) if tf.io.gfile.exists(path) else None
-
-
-class BackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`keras.callbacks.BackupAndRestore`, kept under this name for existing programs.
-
-    Keras's own callback now works as it is under tfx_dist's multi-worker
-    strategy (see `tfx_dist.keras_callbacks`): the chief writes ``backup_dir``,
-    the other workers write to a temporary folder of their own, and every
-    worker restores from ``backup_dir``, which must be on storage every worker
-    reads.
-
-    Args: as `keras.callbacks.BackupAndRestore`.
-    """

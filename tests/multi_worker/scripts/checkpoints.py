@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow as tf
 import keras
 
-from tfx_dist.multi_worker_mirrored_strategy import (BackupAndRestore, remove_temp_dirpath,
-                                                     write_dirpath, write_filepath)
+from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath, write_dirpath,
+                                    write_filepath)
 from worker_lib import make_strategy, rank, regression_data, report
 
 PHASE = os.environ["PHASE"]
