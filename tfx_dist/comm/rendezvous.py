@@ -217,7 +217,8 @@ def _bind(rank: int, address: str) -> socket.socket:
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRNOTAVAIL:
-            why = (f"this host does not own {info[4][0]}, which {host!r} resolves to. Each process "
+            resolved = "" if info[4][0] == host else f", which {host!r} resolves to"
+            why = (f"this host does not own {info[4][0]}{resolved}. Each process "
                    f"listens on its own address in the cluster only: check that the host list "
                    f"(TF_CONFIG's `cluster`) has no typo and that this process runs on that host")
         elif e.errno == errno.EADDRINUSE:
