@@ -22,6 +22,27 @@ if [[ "${TFX_SKIP_BAZEL:-0}" != 1 ]] && ! command -v bazel >/dev/null; then
     }
 fi
 
+# Optional: the cluster engines the multi-host tests start for real (tests/engines).
+# A failure here only makes those tests skip, with the reason.
+if [[ "${TFX_SKIP_ENGINES:-0}" != 1 ]]; then
+    SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    engines="openmpi-bin libopenmpi-dev slurm-wlm"
+    if ! command -v mpirun >/dev/null || ! command -v slurmctld >/dev/null; then
+        log "Open MPI and Slurm from Debian (optional: tests/engines skip without them)"
+        $SUDO apt-get install -y -q $engines >/dev/null 2>&1 || {
+            $SUDO apt-get update -q >/dev/null 2>&1 || true
+            $SUDO apt-get install -y -q $engines >/dev/null 2>&1 \
+                || log "could not install $engines: the MPI and SLURM tests will skip"
+        }
+    fi
+    if command -v mpicc >/dev/null && ! "$PYTHON" -c "import mpi4py" 2>/dev/null; then
+        log "mpi4py (optional: the mpirun bootstrap without TF_CONFIG)"
+        "$PYTHON" -m pip install -q --disable-pip-version-check mpi4py \
+            || log "could not install mpi4py: the MPI test will skip"
+    fi
+fi
+
 log "tfx_dist, editable, with its op libraries"
 "$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 # The editable install builds the ops too, but setuptools hides a failure

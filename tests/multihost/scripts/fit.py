@@ -8,6 +8,7 @@ test can act mid-training).
 import hashlib
 import json
 import os
+import sys
 import time
 
 import keras
@@ -62,4 +63,6 @@ if __name__ == "__main__":
         main(t0)
     except Exception as e:  # noqa: BLE001  (reported to the test)
         error(e, t0)
+    if "mpi4py.MPI" in sys.modules:   # under mpirun: it wants every rank to finalize
+        sys.modules["mpi4py.MPI"].Finalize()
     os._exit(0)
