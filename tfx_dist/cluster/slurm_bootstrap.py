@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfx_dist.cluster.info import ClusterConfigError, ClusterInfo, Source
+from tfx_dist.cluster.launchers import expand_tasks_per_node
 
 
 def slurm_port_base(environ) -> int:
@@ -34,12 +35,19 @@ def slurm_port_base(environ) -> int:
 
 def complete_slurm(info: ClusterInfo, environ) -> ClusterInfo:
     """``info`` (from srun's variables) with every task's address, from TensorFlow's SlurmClusterResolver."""
-    from tensorflow.distribute.cluster_resolver import SlurmClusterResolver  # only here: heavy
+    import tensorflow as tf  # only here: heavy
+
+    SlurmClusterResolver = tf.distribute.cluster_resolver.SlurmClusterResolver
 
     from tfx_dist.cluster.resolution import from_cluster_resolver
 
-    resolver = SlurmClusterResolver(port_base=slurm_port_base(environ), gpus_per_node=0,
-                                    auto_set_gpu=False, rpc_layer=None)
+    # The resolver lists at most gpus_per_node / gpus_per_task tasks per node
+    # (it zips the tasks with GPU slots), even with auto_set_gpu=False: give
+    # every task one nominal slot. GPUs are left to Slurm (--gpus-per-task sets
+    # CUDA_VISIBLE_DEVICES) and the strategy uses every GPU it sees.
+    per_node = max(expand_tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE") or "1"))
+    resolver = SlurmClusterResolver(port_base=slurm_port_base(environ), gpus_per_node=per_node,
+                                    gpus_per_task=1, auto_set_gpu=False, rpc_layer=None)
     resolved = from_cluster_resolver(resolver)
     if (resolved.rank, resolved.num_workers) != (info.rank, info.num_workers):
         raise ClusterConfigError(
