@@ -6,7 +6,6 @@ its own) and runs 2 tasks of a Keras fit with ``srun -N1 -n2``. It skips with
 the reason where Slurm is missing or does not come up.
 """
 
-import json
 import os
 import shutil
 import signal
@@ -17,8 +16,7 @@ import time
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIT = os.path.join(REPO_ROOT, "tests", "multihost", "scripts", "fit.py")
+from fit_job import FIT, check_two_ranks_one_host, fit_env, free_ports
 
 CONF = """\
 ClusterName=tfxtest
@@ -47,16 +45,6 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 """
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 @pytest.fixture
 def slurm(tmp_path):
     missing = [t for t in ("slurmctld", "slurmd", "srun", "sinfo") if shutil.which(t) is None]
@@ -68,7 +56,7 @@ def slurm(tmp_path):
     d = tmp_path / "slurm"
     (d / "state").mkdir(parents=True)
     (d / "spool").mkdir()
-    ctld_port, d_port = _free_ports(2)
+    ctld_port, d_port = free_ports(2)
     conf = d / "slurm.conf"
     conf.write_text(CONF.format(host=socket.gethostname(), ctld_port=ctld_port, d_port=d_port,
                                 dir=d, cpus=os.cpu_count() or 2))
@@ -103,15 +91,7 @@ def slurm(tmp_path):
 
 
 def test_srun_two_tasks_without_tf_config_fit_the_same_model(slurm, tmp_path):
-    env = dict(slurm, PYTHONPATH=os.pathsep.join([REPO_ROOT, os.path.join(REPO_ROOT, "tests")]),
-               TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", EPOCHS="1", TFX_TIMEOUT_S="60",
-               TFX_JOB_SECRET="slurm-test-secret")
-    env.pop("TF_CONFIG", None)
+    env = fit_env(slurm, TFX_JOB_SECRET="slurm-test-secret")
     proc = subprocess.run(["srun", "-N1", "-n2", "--export=ALL", sys.executable, FIT],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=150)
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
-               if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and len(results) == 2, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert sorted(r["rank"] for r in results) == [0, 1]
-    assert results[0]["digest"] == results[1]["digest"]
-    assert all(r["transports"][1 - r["rank"]] == "shm" for r in results)
+    check_two_ranks_one_host(proc)
