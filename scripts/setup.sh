@@ -10,7 +10,7 @@ log() { echo "[setup] $*"; }
 
 log "Python packages (TensorFlow 2.21 CPU, Keras 3.15, scikit-learn, matplotlib, pytest)"
 "$PYTHON" -m pip install -q --disable-pip-version-check \
-    "tensorflow-cpu==2.21.0" "keras==3.15.1" scikit-learn matplotlib pytest
+    "tensorflow-cpu==2.21.0" "keras==3.15.1" scikit-learn matplotlib pytest pyyaml
 
 if [[ "${TFX_SKIP_BAZEL:-0}" != 1 ]] && ! command -v bazel >/dev/null; then
     log "Bazel 4.2.3 from Debian (bazel-bootstrap; builds offline)"
