@@ -8,9 +8,10 @@ PYTHON=${PYTHON:-python3}
 
 log() { echo "[setup] $*"; }
 
-log "Python packages (TensorFlow 2.21 CPU, Keras 3.15, scikit-learn, matplotlib, pytest)"
+log "Python packages (TensorFlow 2.21 CPU, Keras 3.15, TensorBoard, scikit-learn, matplotlib, pytest)"
+# tensorflow-cpu leaves TensorBoard out; keras.callbacks.TensorBoard needs it.
 "$PYTHON" -m pip install -q --disable-pip-version-check \
-    "tensorflow-cpu==2.21.0" "keras==3.15.1" scikit-learn matplotlib pytest
+    "tensorflow-cpu==2.21.0" "keras==3.15.1" "tensorboard~=2.21.0" scikit-learn matplotlib pytest pyyaml
 
 if [[ "${TFX_SKIP_BAZEL:-0}" != 1 ]] && ! command -v bazel >/dev/null; then
     log "Bazel 4.2.3 from Debian (bazel-bootstrap; builds offline)"
@@ -20,6 +21,27 @@ if [[ "${TFX_SKIP_BAZEL:-0}" != 1 ]] && ! command -v bazel >/dev/null; then
         $SUDO apt-get update -q >/dev/null
         $SUDO apt-get install -y -q bazel-bootstrap bazel-bootstrap-source >/dev/null
     }
+fi
+
+# Optional: the cluster engines the multi-host tests start for real (tests/engines).
+# A failure here only makes those tests skip, with the reason.
+if [[ "${TFX_SKIP_ENGINES:-0}" != 1 ]]; then
+    SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    engines="openmpi-bin libopenmpi-dev slurm-wlm"
+    if ! command -v mpirun >/dev/null || ! command -v slurmctld >/dev/null; then
+        log "Open MPI and Slurm from Debian (optional: tests/engines skip without them)"
+        $SUDO apt-get install -y -q $engines >/dev/null 2>&1 || {
+            $SUDO apt-get update -q >/dev/null 2>&1 || true
+            $SUDO apt-get install -y -q $engines >/dev/null 2>&1 \
+                || log "could not install $engines: the MPI and SLURM tests will skip"
+        }
+    fi
+    if command -v mpicc >/dev/null && ! "$PYTHON" -c "import mpi4py" 2>/dev/null; then
+        log "mpi4py (optional: the mpirun bootstrap without TF_CONFIG)"
+        "$PYTHON" -m pip install -q --disable-pip-version-check mpi4py \
+            || log "could not install mpi4py: the MPI test will skip"
+    fi
 fi
 
 log "tfx_dist, editable, with its op libraries"

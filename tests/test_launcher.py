@@ -190,6 +190,25 @@ def test_every_line_is_prefixed_with_its_rank(tmp_path):
     assert all(re.match(r"\[[01]\] ", line) for line in result.stdout.splitlines())
 
 
+def test_long_lines_written_in_pieces_stay_whole(tmp_path):
+    # Both ranks print long lines quickly, each in three flushed writes a few
+    # ms apart (print itself writes the text and the newline separately): the
+    # launcher used to pass each write on as it came, and another rank's line
+    # in between split this one in two.
+    worker = script(tmp_path, """
+        for i in range(200):
+            line = f"{RANK}:{i}:" + "x" * 3000
+            for piece in (line[:1000], line[1000:2000], line[2000:]):
+                sys.stdout.write(piece); sys.stdout.flush(); time.sleep(0.002)
+            print()
+    """)
+    result, _ = launch("-n", "2", sys.executable, worker)
+    assert result.returncode == 0, result.stderr
+    for rank in range(2):
+        assert lines_of(result.stdout, rank) == [f"{rank}:{i}:" + "x" * 3000
+                                                 for i in range(200)]
+
+
 KERAS_LIKE = """
     # What Keras 3's progress bar writes: "\\b" * previous width + "\\r" + the new bar.
     previous = 0

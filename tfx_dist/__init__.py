@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it.
 _EXPORTS = {
-    "BackupAndRestore": "tfx_dist.multi_worker_mirrored_strategy",
+    "BackupAndRestore": "tfx_dist.checkpointing",
     "CentralStorageStrategy": "tfx_dist.central_storage_strategy",
     "FusedAllReduce": "tfx_dist.cross_device_ops",
     "MirroredStrategy": "tfx_dist.mirrored_strategy",

@@ -13,13 +13,24 @@ class _CentralStorageExtended(StrategyInput,
                               tfc.parameter_server_lib.ParameterServerStrategyExtended):
     """TensorFlow's extension, reducing onto the parameter device with our op.
 
-    One fix for Keras 3: its random layers (Dropout, ...) keep their seed in a
-    non-trainable variable with aggregation NONE and assign it in replica
-    context, which TensorFlow's AggregatingVariable refuses ("You must specify
-    an aggregation method"), so TensorFlow's own strategy fails on the first
-    `fit` of such a model. Every replica writes the same value there, so
-    taking the first replica's is exact, as each copy of MirroredStrategy
-    would hold. Input as every tfx_dist strategy adopts it (see tfx_dist.input).
+    Two fixes for Keras 3:
+
+    * Its random layers (Dropout, ...) keep their seed in a non-trainable
+      variable with aggregation NONE and assign it in replica context, which
+      TensorFlow's AggregatingVariable refuses ("You must specify an
+      aggregation method"), so TensorFlow's own strategy fails on the first
+      `fit` of such a model. Every replica writes the same value there, so
+      taking the first replica's is exact, as each copy of MirroredStrategy
+      would hold.
+    * Metric state (``synchronization=ON_READ``, aggregation SUM: a metric's
+      total and count) gets one copy per replica, as under MirroredStrategy,
+      summed when read. TensorFlow's strategy makes it one AggregatingVariable
+      that sums what the replicas write, but Keras 3's ``assign_add(x)`` is
+      ``assign(self + x)``: with R replicas the variable became
+      ``R * total + sum(x)`` at each update, so `evaluate` and the `fit`
+      history reported wrong loss and metrics (TensorFlow's own strategy too).
+
+    Input as every tfx_dist strategy adopts it (see tfx_dist.input).
     """
 
     def __init__(self, container_strategy, compute_devices, parameter_device, bucket_bytes):
@@ -29,10 +40,32 @@ class _CentralStorageExtended(StrategyInput,
                                                 bucket_bytes=bucket_bytes)
 
     def _create_variable(self, next_creator, **kwargs):
+        if (kwargs.get("synchronization") == tf.VariableSynchronization.ON_READ
+                and "colocate_with" not in kwargs and self._num_replicas_in_sync > 1):
+            return self._create_per_replica_variable(next_creator, **kwargs)
         if (not kwargs.get("trainable", True)
                 and kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE)):
             kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
         return super()._create_variable(next_creator, **kwargs)
+
+
+    def _create_per_replica_variable(self, next_creator, **kwargs):
+        """A SyncOnReadVariable: one copy per replica, on the parameter device."""
+        def create_copies(**kwargs):
+            copies = []
+            with tf.device(self.parameter_devices[0]):
+                for i in range(self._num_replicas_in_sync):
+                    if copies:
+                        primary = copies[0]
+                        kwargs["initial_value"] = lambda: tf.identity(primary.read_value())
+                        kwargs["name"] = f"{primary.name.split(':')[0]}/replica_{i}/"
+                    copies.append(next_creator(**kwargs))
+            return copies
+
+        return tfc.distribute_utils.create_mirrored_variable(
+            self._container_strategy(), create_copies,
+            tfc.distribute_utils.VARIABLE_CLASS_MAPPING,
+            tfc.distribute_utils.VARIABLE_POLICY_MAPPING, **kwargs)
 
 
 class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):

@@ -22,22 +22,24 @@ strategy's ``reduce`` accepts nests and reduces scalars across replicas
 whatever the axis.
 
 Checkpoints follow TensorFlow's convention: every worker saves (saving may
-run collectives), the chief to the real path and the others to temporary
-folders they delete afterwards (`write_dirpath`, `write_filepath`,
-`remove_temp_dirpath`); `BackupAndRestore` is `keras.callbacks.BackupAndRestore`
-made safe for several workers.
+run collectives), the chief to the real path and the others elsewhere. With
+several workers the strategy makes saves wait for the chief's files and
+Keras's file-writing callbacks write the chief's files only (see
+`tfx_dist.checkpointing` and `tfx_dist.keras_callbacks`).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 
-import keras
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
+from tfx_dist import checkpointing
 from tfx_dist import cluster as cluster_lib
+from tfx_dist import keras_callbacks
+# The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
+from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
+                                    write_dirpath, write_filepath)
 from tfx_dist.input import input_balance
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
@@ -116,6 +118,12 @@ class MultiWorkerMirroredExtended(StrategyInput,
             cross_device_ops=CrossWorkerOps(transport, host_device=worker_device),
             communication_options=(communication_options
                                    or tf.distribute.experimental.CommunicationOptions()))
+        if info.num_workers > 1:
+            # Saves return once the chief's files are complete (see checkpointing);
+            # Keras's callbacks write the real files on the chief only (keras_callbacks).
+            checkpointing.register_strategy(container_strategy)
+            checkpointing.install_save_barrier()
+            keras_callbacks.install()
         tf.get_logger().info(
             "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
             info.rank, info.num_workers, info.task_type, info.task_index, local_devices)
@@ -302,105 +310,3 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     def barrier(self) -> None:
         """Returns once every worker has called it."""
         self.extended.barrier()
-
-
-# -- checkpoints: the chief writes, the others write to temporary folders -------------------
-
-def _strategy_or_current(strategy):
-    return strategy if strategy is not None else tf.distribute.get_strategy()
-
-
-def _is_multi_worker(strategy) -> bool:
-    extended = strategy.extended
-    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
-
-
-def write_dirpath(dirpath: str, strategy=None) -> str:
-    """The folder this worker should write ``dirpath``'s checkpoint to.
-
-    The chief (and a single worker) writes to ``dirpath`` itself; every other
-    worker to ``dirpath/workertemp_<task id>``, TensorFlow's convention, so
-    that it never clobbers the chief's files. Remove it afterwards with
-    `remove_temp_dirpath`.
-
-    Example:
-    ```python
-    path = tfx_dist.multi_worker_mirrored_strategy.write_dirpath("/ckpt", strategy)
-    manager = tf.train.CheckpointManager(checkpoint, path, max_to_keep=1)
-    manager.save()                                   # on every worker
-    remove_temp_dirpath("/ckpt", strategy)
-    ```
-    """
-    strategy = _strategy_or_current(strategy)
-    if not _is_multi_worker(strategy) or strategy.extended.should_checkpoint:
-        return dirpath
-    return os.path.join(dirpath, f"workertemp_{strategy.cluster_resolver.task_id}")
-
-
-def write_filepath(filepath: str, strategy=None) -> str:
-    """`write_dirpath` for a file path: the chief keeps it, the others write elsewhere."""
-    dirpath, base = os.path.split(filepath)
-    return os.path.join(write_dirpath(dirpath, strategy), base)
-
-
-def remove_temp_dirpath(dirpath: str, strategy=None) -> None:
-    """Deletes this worker's temporary folder made by `write_dirpath` (no-op on the chief)."""
-    strategy = _strategy_or_current(strategy)
-    path = write_dirpath(dirpath, strategy)
-    if path != dirpath:
-        tf.io.gfile.rmtree(path) if tf.io.gfile.exists(path) else None
-
-
-class BackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`keras.callbacks.BackupAndRestore` for several workers.
-
-    Keras 3's callback knows nothing of workers: each would write the same
-    files in ``backup_dir`` at the same time and each would delete the folder
-    at the end. Here every worker saves (saving may read values that need a
-    collective), but only the chief writes to ``backup_dir``; the others write
-    to a temporary folder (see `write_dirpath`) and delete it. Every worker
-    restores from ``backup_dir``, which must be on storage every worker
-    reads. Only the chief deletes it at the end, after all workers are done.
-
-    Example:
-    ```python
-    backup = tfx_dist.multi_worker_mirrored_strategy.BackupAndRestore("/shared/backup")
-    model.fit(x, y, epochs=10, callbacks=[backup])  # rerun the job to resume
-    ```
-
-    Args: as `keras.callbacks.BackupAndRestore`.
-    """
-
-    def _strategy(self):
-        return self.model.distribute_strategy
-
-    def _save_model(self):
-        strategy = self._strategy()
-        target = write_dirpath(self.backup_dir, strategy)
-        # Keras checks `exists` then `makedirs`: another worker creating its temp
-        # folder inside backup_dir in between would make that fail.
-        os.makedirs(target, exist_ok=True)
-        if target == self.backup_dir:
-            return super()._save_model()
-        real = (self.backup_dir, self._weights_path, self._training_metadata_path,
-                self._prev_weights_path, self._prev_training_metadata_path)
-        try:
-            self.backup_dir = target
-            self._weights_path = os.path.join(target, os.path.basename(real[1]))
-            self._training_metadata_path = os.path.join(target, os.path.basename(real[2]))
-            self._prev_weights_path = self._weights_path + ".bkp"
-            self._prev_training_metadata_path = self._training_metadata_path + ".bkp"
-            super()._save_model()
-        finally:
-            (self.backup_dir, self._weights_path, self._training_metadata_path,
-             self._prev_weights_path, self._prev_training_metadata_path) = real
-            if os.path.exists(target):
-                shutil.rmtree(target, ignore_errors=True)
-
-    def on_train_end(self, logs=None):
-        strategy = self._strategy()
-        if _is_multi_worker(strategy):
-            strategy.extended.barrier()  # nobody still writes when the chief deletes
-            if not strategy.extended.should_checkpoint:
-                return
-        super().on_train_end(logs)

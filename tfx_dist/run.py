@@ -52,6 +52,7 @@ import collections
 import os
 import random
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -68,6 +69,8 @@ from tfx_dist.cluster import join_address, make_tf_config
 PROGRESS_BAR = "━".encode()  # U+2501, what Keras 3's progress bar draws
 TAIL_LINES = 20              # stderr lines of a failed rank repeated at the end
 EXIT_TIMEOUT = 124           # as coreutils' timeout(1)
+HOLD_S = 0.2                 # how long an unfinished line waits for its end (see _Relay)
+HOLD_BYTES = 1 << 20         # an unfinished line longer than this is passed on anyway
 _LAUNCHER = "tfx-dist-run"
 
 
@@ -259,7 +262,12 @@ class _Relay(threading.Thread):
 
     Terms: a *piece* is what the worker wrote up to and including a ``\\n``
     or ``\\r``, or the rest of what has arrived so far (then the line stays
-    *open*). Pieces are passed on as soon as they arrive.
+    *open*). Whole lines are passed on as soon as they arrive; an unfinished
+    one waits up to `HOLD_S` for its end. A line reaches the pipe in several
+    writes (``print`` writes the text, then the newline), and a line passed on
+    unfinished is ended early if another rank writes meanwhile, which split
+    one line a rank printed into two. A line that stays unfinished (a prompt,
+    a progress bar) still shows after `HOLD_S`.
     """
 
     def __init__(self, rank: int, pipe, out, prefix: bytes, console: _Console,
@@ -278,6 +286,11 @@ class _Relay(threading.Thread):
         pending = b""
         try:
             while True:
+                if pending and not select.select([fd], [], [], HOLD_S)[0]:
+                    cut = _utf8_cut(pending)  # the line stays unfinished: show it open
+                    ready, pending = pending[:cut], pending[cut:]
+                    self._relay(ready)
+                    continue
                 try:
                     data = os.read(fd, 65536)
                 except OSError:
@@ -285,9 +298,12 @@ class _Relay(threading.Thread):
                 if not data:
                     break
                 pending += data
-                cut = _utf8_cut(pending)
-                ready, pending = pending[:cut], pending[cut:]
-                self._relay(ready)
+                end = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
+                if len(pending) - end > HOLD_BYTES:
+                    end = _utf8_cut(pending)
+                ready, pending = pending[:end], pending[end:]
+                if ready:
+                    self._relay(ready)
             if pending:
                 self._relay(pending)
             self.console.end_line(self)

@@ -9,10 +9,10 @@ from workers import run_workers
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "checkpoints.py")
 
 
-def _run(tmp_path, phase, shared, check=True):
+def _run(tmp_path, phase, shared, check=True, backup="tfx"):
     with open(SCRIPT) as f:
         return run_workers(f.read(), 2, str(tmp_path / phase), timeout_s=150, check=check,
-                           extra_env={"PHASE": phase, "SHARED": str(shared)})
+                           extra_env={"PHASE": phase, "SHARED": str(shared), "BACKUP": backup})
 
 
 def test_chief_writes_checkpoints_others_use_temp_dirs(tmp_path):
@@ -24,18 +24,21 @@ def test_chief_writes_checkpoints_others_use_temp_dirs(tmp_path):
         assert r["same_after_restore"] and r["same_after_h5"]
 
 
-def test_backup_and_restore_resumes_a_killed_job(tmp_path):
-    full = [r.result for r in _run(tmp_path, "full", tmp_path / "shared_full")]
+def test_keras_backup_and_restore_resumes_a_killed_job(tmp_path):
+    # Keras's own callback, unchanged (tfx_dist.BackupAndRestore, now the same
+    # callback, is covered by test_keras_files).
+    backup = "keras"
+    full = [r.result for r in _run(tmp_path, "full", tmp_path / "shared_full", backup=backup)]
     assert full[0]["epochs_run"] == 3 and not full[0]["backup_left"]
 
     shared = tmp_path / "shared_crash"
-    crashed = _run(tmp_path, "crash", shared, check=False)
+    crashed = _run(tmp_path, "crash", shared, check=False, backup=backup)
     assert crashed[1].returncode == 3, "\n".join(r.describe() for r in crashed)
     assert os.path.exists(shared / "backup" / "latest.weights.h5")
     assert not [f for f in os.listdir(shared / "backup") if f.startswith("workertemp")]
 
     # The restarted job (new processes, new ports) runs only the last epoch (2) ...
-    resumed = [r.result for r in _run(tmp_path, "resume", shared)]
+    resumed = [r.result for r in _run(tmp_path, "resume", shared, backup=backup)]
     for r in resumed:
         assert r["epochs_run"] == 1
         assert not r["backup_left"]

@@ -65,9 +65,13 @@ def resolve(cluster_resolver=None, environ: Optional[Mapping[str, str]] = None) 
     5. a SLURM job step's ``SLURM_PROCID``/``SLURM_STEP_NUM_TASKS``/``SLURM_LOCALID``.
     6. otherwise a cluster of one: rank 0 of 1.
 
-    Sources 3 to 5 give ranks but no addresses: the result then has
-    ``worker_addresses=None`` (and ``cluster``/``address`` None), and the
-    addresses come later from a rendezvous.
+    Sources 3 to 5 give ranks but no addresses. When this process's own
+    environment is read (``environ`` not given) and the job has several
+    processes, they are completed: under mpirun by an exchange over MPI when
+    mpi4py is installed (`tfx_dist.cluster.mpi_bootstrap`), under srun by
+    TensorFlow's ``SlurmClusterResolver`` (`tfx_dist.cluster.slurm_bootstrap`).
+    Otherwise the result has ``worker_addresses=None`` (and
+    ``cluster``/``address`` None).
 
     Example:
       >>> env = {"TF_CONFIG": '{"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]}, '
@@ -86,6 +90,7 @@ def resolve(cluster_resolver=None, environ: Optional[Mapping[str, str]] = None) 
     """
     if cluster_resolver is not None:
         return from_cluster_resolver(cluster_resolver)
+    own_environment = environ is None
     environ = os.environ if environ is None else environ
     text = environ.get("TF_CONFIG", "").strip()
     if text and not _is_empty_json_object(text):
@@ -93,8 +98,21 @@ def resolve(cluster_resolver=None, environ: Optional[Mapping[str, str]] = None) 
     for reader in (from_horovod_env, from_mpi_env, from_slurm_env):
         info = reader(environ)
         if info is not None:
-            return info
+            return _with_addresses(info, environ) if own_environment else info
     return single_process()
+
+
+def _with_addresses(info: ClusterInfo, environ: Mapping[str, str]) -> ClusterInfo:
+    """Completes a launcher's ranks with every rank's address, where this package knows how."""
+    if not info.is_distributed or info.worker_addresses:
+        return info
+    if info.source is Source.MPI:
+        from tfx_dist.cluster import mpi_bootstrap
+        return mpi_bootstrap.complete_mpi(info, environ)
+    if info.source is Source.SLURM:
+        from tfx_dist.cluster import slurm_bootstrap
+        return slurm_bootstrap.complete_slurm(info, environ)
+    return info
 
 
 def _is_empty_json_object(text: str) -> bool:

@@ -10,17 +10,37 @@ Handshake (client = the connecting, higher rank; all integers little-endian)::
 
     client -> server  HELLO   magic "TFXCOMM\\x01", version u16, channel u8,
                               client rank u32, size u32, server rank u32,
-                              client nonce (32 bytes), host id (u16 length + utf-8)
+                              client nonce (32 bytes), extra (u16 length + JSON:
+                              {"cluster": [address, ...], "shm": probe name})
     server -> client  WELCOME magic, version u16, server nonce (32),
-                              HMAC-SHA256(secret, "server" | transcript), host id
+                              HMAC-SHA256(secret, "server" | transcript), extra
+                              (u16 length + JSON: {"cluster": sha256 hex,
+                              "shm": true if it could open the probe})
     client -> server  PROOF   HMAC-SHA256(secret, "client" | transcript)
-    server -> client  VERDICT 1 byte: 1 accepted, 0 rejected
+    server -> client  VERDICT 1 byte: 1 accepted, 0 rejected, 2 the clusters
+                              differ (then u16 length + the server's cluster
+                              as JSON, so that both sides can name both views)
 
 where transcript = client nonce | server nonce | channel | client rank |
-server rank | size. Both sides prove they know the job secret without sending
-it, and fresh nonces on both sides stop replays. Bytes that do not start with
-the magic are reported as garbage and the connection is dropped; the listener
-keeps waiting for the real peers.
+server rank | size | SHA-256 of both extras. Both sides prove they know the
+job secret without sending it, and fresh nonces on both sides stop replays.
+Bytes that do not start with the magic are reported as garbage and the
+connection is dropped; the listener keeps waiting for the real peers.
+
+The clusters must agree: each side compares the other's list of addresses
+with its own, after authentication, and a mismatch fails both ranks at once
+with both lists (rather than a hang, or a wrong job formed from two).
+
+Same host? Shared memory works between two processes exactly when they see
+the same ``/dev/shm`` (the C++ ``ShmPair`` maps a POSIX segment created with
+mode 0600 there). So rather than compare host names (equal in containers,
+and in the tests' simulated hosts) or any identity, the client *probes*: it
+creates a fresh segment with a random 128-bit name in its ``/dev/shm``, names
+it in HELLO, and the server reports whether it can open it and read the
+nonce it holds. That answer is true on one machine (one mount and IPC
+namespace, same user), false across machines, containers with private
+``/dev/shm``, or users, whatever the host names; and it is the very operation
+the shared-memory transport needs. The answer is bound into the MACs.
 
 Why Python's hmac rather than OpenSSL in the C++ library: TensorFlow's
 ``libtensorflow_framework.so`` exports BoringSSL's HMAC symbols, so linking
@@ -32,9 +52,13 @@ performance critical.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import hmac
+import json
 import logging
+import os
+import re
 import secrets
 import socket
 import struct
@@ -46,13 +70,14 @@ from tfx_dist.cluster import split_address
 _log = logging.getLogger("tfx_dist.comm")
 
 MAGIC = b"TFXCOMM\x01"
-VERSION = 1
+VERSION = 2
 DATA, CONTROL = 1, 2
 SERVICE = 3  # a request/response service connection (connect_service)
 _NONCE = 32
 _MAC = 32
-_HELLO = struct.Struct("<8sHBIII32sH")      # magic, version, channel, rank, size, server rank, nonce, host len
-_WELCOME = struct.Struct("<8sH32s32sH")     # magic, version, nonce, mac, host len
+_HELLO = struct.Struct("<8sHBIII32sH")      # magic, version, channel, rank, size, server rank, nonce, extra len
+_WELCOME = struct.Struct("<8sH32s32sH")     # magic, version, nonce, mac, extra len
+_ACCEPTED, _REJECTED, _CLUSTER_DIFFERS = b"\x01", b"\x00", b"\x02"
 
 
 class RendezvousError(ConnectionError):
@@ -68,14 +93,75 @@ class Connections:
     same_host: list[bool]
 
 
-def host_id() -> str:
-    """Identifies this machine (and boot) so that same-host peers can use shared memory."""
+_SHM_DIR = "/dev/shm"
+_PROBE_NAME = re.compile(r"^tfx-probe-[0-9a-f]{32}$")
+
+
+class _ShmProbe:
+    """A fresh segment in this process's /dev/shm (see "Same host?" above); removed by close()."""
+
+    def __init__(self):
+        self.name = f"tfx-probe-{secrets.token_hex(16)}"
+        self.path = os.path.join(_SHM_DIR, self.name)
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except OSError:  # no /dev/shm here: no shared memory either
+            self.name = ""
+            return
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.name.encode())
+
+    def close(self) -> None:
+        if self.name:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def _can_open_probe(name: object) -> bool:
+    """True if the client's probe segment is visible here (the name is checked: no paths)."""
+    if not isinstance(name, str) or not _PROBE_NAME.match(name):
+        return False
     try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
+        with open(os.path.join(_SHM_DIR, name), "rb") as f:
+            return f.read(64) == name.encode()
     except OSError:
-        boot = ""
-    return f"{socket.gethostname()}|{boot}"
+        return False
+
+
+def cluster_digest(addresses: list[str]) -> str:
+    """SHA-256 (hex) of the cluster as this rank sees it: every rank's address, in rank order."""
+    return hashlib.sha256(json.dumps(list(addresses)).encode()).hexdigest()
+
+
+def _extra(value: dict) -> bytes:
+    data = json.dumps(value, separators=(",", ":")).encode()
+    if len(data) > 0xFFFF:   # a cluster of thousands: send its digest only
+        value = dict(value, cluster=cluster_digest(value["cluster"]))
+        data = json.dumps(value, separators=(",", ":")).encode()
+    return data
+
+
+def _load_extra(data: bytes) -> dict:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _same_cluster(theirs: object, mine: list[str]) -> bool:
+    if isinstance(theirs, str):   # a digest
+        return theirs == cluster_digest(mine)
+    return isinstance(theirs, list) and theirs == list(mine)
+
+
+def _cluster_mismatch(rank: int, peer: int, where: str, theirs: object, mine: list[str]) -> str:
+    shown = theirs if isinstance(theirs, list) else f"(digest {theirs})"
+    return (f"tfx_dist rank {rank}: rank {peer} ({where}) was started with a different cluster. "
+            f"Rank {peer} sees workers {shown}; rank {rank} sees workers {list(mine)}. Every "
+            f"process of the job needs the same cluster (TF_CONFIG's `cluster`, in the same order).")
 
 
 def _recv_exact(sock: socket.socket, n: int, what: str, deadline: float) -> bytes:
@@ -100,31 +186,54 @@ def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
     sock.sendall(data)
 
 
-def _transcript(nonce_c: bytes, nonce_s: bytes, channel: int, crank: int, srank: int, size: int) -> bytes:
-    return nonce_c + nonce_s + struct.pack("<BIII", channel, crank, srank, size)
+def _transcript(nonce_c: bytes, nonce_s: bytes, channel: int, crank: int, srank: int, size: int,
+                extra_c: bytes = b"", extra_s: bytes = b"") -> bytes:
+    return (nonce_c + nonce_s + struct.pack("<BIII", channel, crank, srank, size)
+            + hashlib.sha256(extra_c).digest() + hashlib.sha256(extra_s).digest())
 
 
 def _mac(secret: bytes, role: bytes, transcript: bytes) -> bytes:
     return hmac.new(secret, role + transcript, hashlib.sha256).digest()
 
 
+def _bind(rank: int, address: str) -> socket.socket:
+    """A socket bound to this rank's cluster address, or an error that says why not."""
+    host, port = split_address(address, "the cluster's address list")
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError as e:
+        raise RendezvousError(f"tfx_dist rank {rank}: cannot resolve {host!r}, the host of this "
+                              f"rank's cluster address {address}: {e}. Check the host list "
+                              f"(TF_CONFIG's `cluster`) for a typo.") from None
+    sock = socket.socket(info[0], socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(info[4])
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRNOTAVAIL:
+            resolved = "" if info[4][0] == host else f", which {host!r} resolves to"
+            why = (f"this host does not own {info[4][0]}{resolved}. Each process "
+                   f"listens on its own address in the cluster only: check that the host list "
+                   f"(TF_CONFIG's `cluster`) has no typo and that this process runs on that host")
+        elif e.errno == errno.EADDRINUSE:
+            why = f"port {port} is in use on this host (another job, or a stale process?)"
+        else:
+            why = str(e)
+        raise RendezvousError(f"tfx_dist rank {rank}: cannot listen on {address} (the address "
+                              f"the cluster gives this rank): {why} ({e.strerror})") from None
+    return sock
+
+
 class _Listener:
     """Accepts and authenticates the connections this rank expects, in a thread."""
 
-    def __init__(self, rank: int, size: int, address: str, secret: bytes, deadline: float,
+    def __init__(self, rank: int, size: int, addresses: list[str], secret: bytes, deadline: float,
                  expected: set[tuple[int, int]] | None = None):
         self.rank, self.size, self.secret, self.deadline = rank, size, secret, deadline
-        self.address = address
-        host, port = split_address(address)
-        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        self.sock = socket.socket(info[0], socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self.sock.bind(info[4])
-        except OSError as e:
-            self.sock.close()
-            raise RendezvousError(f"tfx_dist rank {rank}: cannot listen on {address} (the address "
-                                  f"the cluster gives this rank): {e}") from None
+        self.addresses = list(addresses)
+        self.address = address = addresses[rank]
+        self.sock = _bind(rank, address)
         self.sock.listen(64)
         if expected is not None:  # (channel, client rank) pairs
             self.expected = set(expected)
@@ -132,8 +241,9 @@ class _Listener:
             self.expected = {(DATA, r) for r in range(rank + 1, size)}
             if rank == 0:
                 self.expected |= {(CONTROL, r) for r in range(1, size)}
-        self.accepted: dict[tuple[int, int], tuple[socket.socket, str]] = {}
+        self.accepted: dict[tuple[int, int], tuple[socket.socket, bool]] = {}
         self.rejections: list[str] = []
+        self.fatal: str | None = None   # the clusters differ: no point waiting for the timeout
         self.lock = threading.Lock()
         self.done = threading.Event()
         if not self.expected:
@@ -176,33 +286,48 @@ class _Listener:
             if version != VERSION:
                 return self._reject(conn, f"connection from {where} speaks protocol version {version}, "
                                           f"expected {VERSION} (mixed tfx_dist versions?)")
-            peer_host = _recv_exact(conn, hlen, "the handshake", deadline).decode("utf-8", "replace")
-            if size != self.size or srank != self.rank or (channel, crank) not in self.expected:
+            extra_c = _recv_exact(conn, hlen, "the handshake", deadline)
+            hello = _load_extra(extra_c)
+            mismatch = None
+            if not _same_cluster(hello.get("cluster"), self.addresses):
+                mismatch = _cluster_mismatch(self.rank, crank, f"connecting from {where}",
+                                             hello.get("cluster"), self.addresses)
+            elif size != self.size or srank != self.rank or (channel, crank) not in self.expected:
                 return self._reject(conn, f"connection from {where} claims rank {crank} of {size} "
                                           f"(channel {channel}) for rank {srank}; this is rank "
                                           f"{self.rank} of {self.size} and does not expect it")
             nonce_s = secrets.token_bytes(_NONCE)
-            transcript = _transcript(nonce_c, nonce_s, channel, crank, self.rank, self.size)
-            mine = host_id().encode()
+            same_host = _can_open_probe(hello.get("shm"))
+            extra_s = _extra({"cluster": cluster_digest(self.addresses), "shm": same_host})
+            # The client's claims: equal to this rank's own unless the clusters differ.
+            transcript = _transcript(nonce_c, nonce_s, channel, crank, srank, size, extra_c, extra_s)
             _send(conn, _WELCOME.pack(MAGIC, VERSION, nonce_s, _mac(self.secret, b"server", transcript),
-                                      len(mine)) + mine, deadline)
+                                      len(extra_s)) + extra_s, deadline)
             proof = _recv_exact(conn, _MAC, "the handshake", deadline)
             if not hmac.compare_digest(proof, _mac(self.secret, b"client", transcript)):
-                _send(conn, b"\x00", deadline)
+                _send(conn, _REJECTED, deadline)
                 return self._reject(conn, f"rank {crank} (from {where}) failed authentication: its job "
                                           f"secret differs from this rank's (TFX_JOB_SECRET)")
-            _send(conn, b"\x01", deadline)
+            if mismatch:   # authenticated: a real peer of this job, with another cluster
+                view = _extra({"cluster": self.addresses})
+                _send(conn, _CLUSTER_DIFFERS + struct.pack("<H", len(view)) + view, deadline)
+                with self.lock:
+                    self.fatal = mismatch
+                return self._reject(conn, mismatch)
+            _send(conn, _ACCEPTED, deadline)
         except (OSError, TimeoutError, struct.error) as e:
             return self._reject(conn, f"handshake with {where} failed: {e}")
         with self.lock:
             if (channel, crank) in self.accepted:
                 return self._reject(conn, f"rank {crank} connected twice")
-            self.accepted[(channel, crank)] = (conn, peer_host)
+            self.accepted[(channel, crank)] = (conn, same_host)
             if set(self.accepted) == self.expected:
                 self.done.set()
 
     def wait(self) -> dict:
         while not self.done.wait(0.05):
+            if self.fatal:
+                raise RendezvousError(self.fatal)
             if time.monotonic() > self.deadline:
                 with self.lock:
                     missing = sorted({r for c, r in self.expected - set(self.accepted)})
@@ -219,9 +344,10 @@ class _Listener:
         self.sock.close()
 
 
-def _connect(rank: int, size: int, server: int, address: str, channel: int, secret: bytes,
-             deadline: float) -> tuple[socket.socket, str]:
-    host, port = split_address(address)
+def _connect(rank: int, size: int, server: int, addresses: list[str], channel: int, secret: bytes,
+             deadline: float) -> tuple[socket.socket, bool]:
+    address = addresses[server]
+    host, port = split_address(address, "the cluster's address list")
     last_error = None
     while True:
         if time.monotonic() > deadline:
@@ -236,7 +362,7 @@ def _connect(rank: int, size: int, server: int, address: str, channel: int, secr
             continue
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return _client_handshake(sock, rank, size, server, address, channel, secret, deadline)
+            return _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline)
         except _Retry as e:  # the peer's listener was not ours yet (port reuse); try again
             last_error = e
             sock.close()
@@ -250,18 +376,29 @@ class _Retry(Exception):
     pass
 
 
-def _client_handshake(sock, rank, size, server, address, channel, secret, deadline):
+def _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline):
+    probe = _ShmProbe()
+    try:
+        return _client_handshake_probed(sock, rank, size, server, addresses, channel, secret,
+                                        deadline, probe.name)
+    finally:
+        probe.close()
+
+
+def _client_handshake_probed(sock, rank, size, server, addresses, channel, secret, deadline, probe):
+    address = addresses[server]
     who = f"rank {server} at {address}"
     nonce_c = secrets.token_bytes(_NONCE)
-    mine = host_id().encode()
+    extra_c = _extra({"cluster": list(addresses), "shm": probe})
     try:
-        _send(sock, _HELLO.pack(MAGIC, VERSION, channel, rank, size, server, nonce_c, len(mine)) + mine,
-              deadline)
+        _send(sock, _HELLO.pack(MAGIC, VERSION, channel, rank, size, server, nonce_c, len(extra_c))
+              + extra_c, deadline)
         head = _recv_exact(sock, _WELCOME.size, f"the handshake with {who}", deadline)
     except ConnectionError as e:
         raise _Retry(str(e)) from None
     except TimeoutError as e:
-        raise RendezvousError(f"tfx_dist rank {rank}: {e}") from None
+        raise RendezvousError(f"tfx_dist rank {rank}: {e} (connected to {address}, but no tfx_dist "
+                              f"answer: is {who} stuck, or another program on that port?)") from None
     magic, version, nonce_s, mac_s, hlen = _WELCOME.unpack(head)
     if magic != MAGIC:
         raise RendezvousError(f"tfx_dist rank {rank}: {who} answered with bytes that are not a "
@@ -269,8 +406,8 @@ def _client_handshake(sock, rank, size, server, address, channel, secret, deadli
     if version != VERSION:
         raise RendezvousError(f"tfx_dist rank {rank}: {who} speaks protocol version {version}, "
                               f"expected {VERSION}")
-    peer_host = _recv_exact(sock, hlen, f"the handshake with {who}", deadline).decode("utf-8", "replace")
-    transcript = _transcript(nonce_c, nonce_s, channel, rank, server, size)
+    extra_s = _recv_exact(sock, hlen, f"the handshake with {who}", deadline)
+    transcript = _transcript(nonce_c, nonce_s, channel, rank, server, size, extra_c, extra_s)
     if not hmac.compare_digest(mac_s, _mac(secret, b"server", transcript)):
         try:  # a proof that cannot verify, so that the server reports the mismatch too
             _send(sock, bytes(_MAC), deadline)
@@ -281,27 +418,32 @@ def _client_handshake(sock, rank, size, server, address, channel, secret, deadli
                               f"process of the job)")
     _send(sock, _mac(secret, b"client", transcript), deadline)
     verdict = _recv_exact(sock, 1, f"the handshake with {who}", deadline)
-    if verdict != b"\x01":
+    if verdict == _CLUSTER_DIFFERS:
+        (n,) = struct.unpack("<H", _recv_exact(sock, 2, f"the handshake with {who}", deadline))
+        theirs = _load_extra(_recv_exact(sock, n, f"the handshake with {who}", deadline))
+        raise RendezvousError(_cluster_mismatch(rank, server, f"at {address}",
+                                                theirs.get("cluster"), addresses))
+    if verdict != _ACCEPTED:
         raise RendezvousError(f"tfx_dist rank {rank}: {who} rejected this rank's authentication "
                               f"(TFX_JOB_SECRET differs)")
     sock.settimeout(None)
-    return sock, peer_host
+    return sock, _load_extra(extra_s).get("shm") is True
 
 
 def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
                 timeout_s: float) -> Connections:
     """Connects this rank to every other one; returns the connections' fds."""
     deadline = time.monotonic() + timeout_s
-    listener = _Listener(rank, size, addresses[rank], secret, deadline)
+    listener = _Listener(rank, size, addresses, secret, deadline)
     socks: list[socket.socket] = []
     try:
         data: dict[int, tuple[socket.socket, str]] = {}
         ctrl: dict[int, tuple[socket.socket, str]] = {}
         for server in range(rank):
-            data[server] = _connect(rank, size, server, addresses[server], DATA, secret, deadline)
+            data[server] = _connect(rank, size, server, addresses, DATA, secret, deadline)
             socks.append(data[server][0])
         if rank > 0:
-            ctrl[0] = _connect(rank, size, 0, addresses[0], CONTROL, secret, deadline)
+            ctrl[0] = _connect(rank, size, 0, addresses, CONTROL, secret, deadline)
             socks.append(ctrl[0][0])
         for (channel, peer), conn in listener.wait().items():
             (data if channel == DATA else ctrl)[peer] = conn
@@ -312,11 +454,10 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
         raise
     finally:
         listener.close()
-    me = host_id()
     data_fds, ctrl_fds, same_host = [-1] * size, [-1] * size, [False] * size
-    for peer, (sock, peer_host) in data.items():
+    for peer, (sock, shares_shm) in data.items():
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        same_host[peer] = peer_host == me
+        same_host[peer] = shares_shm
         data_fds[peer] = sock.detach()
     for peer, (sock, _) in ctrl.items():
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -340,9 +481,8 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
     if role not in ("server", "client"):
         raise ValueError(f"Expected role 'server' or 'client'. Received: role={role!r}")
     deadline = time.monotonic() + timeout_s
-    me = host_id()
     if role == "server":
-        listener = _Listener(index, num_clients, server_addresses[index], secret, deadline,
+        listener = _Listener(index, num_clients, server_addresses, secret, deadline,
                              expected={(SERVICE, c) for c in range(num_clients)})
         try:
             accepted = listener.wait()
@@ -354,7 +494,8 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
         try:
             for server, address in enumerate(server_addresses):
                 try:
-                    conns.append(_connect(index, num_clients, server, address, SERVICE, secret, deadline))
+                    conns.append(_connect(index, num_clients, server, server_addresses, SERVICE, secret,
+                                          deadline))
                 except RendezvousError as e:  # its "rank" words are the collective's: say who is who
                     raise RendezvousError(f"tfx_dist service client {index}, connecting to server {server} "
                                           f"at {address}: {e}") from None
@@ -363,8 +504,8 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
                 sock.close()
             raise
     fds, same_host = [], []
-    for sock, peer_host in conns:
+    for sock, same in conns:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        same_host.append(peer_host == me)
+        same_host.append(same)
         fds.append(sock.detach())
     return fds, same_host

@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow as tf
 import keras
 
-from tfx_dist.multi_worker_mirrored_strategy import (BackupAndRestore, remove_temp_dirpath,
-                                                     write_dirpath, write_filepath)
+from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath, write_dirpath,
+                                    write_filepath)
 from worker_lib import make_strategy, rank, regression_data, report
 
 PHASE = os.environ["PHASE"]
@@ -64,7 +64,10 @@ else:
             if PHASE == "crash" and epoch == 2 and rank() == 1:
                 os._exit(3)  # a worker dies: the job is killed and restarted
 
-    backup = BackupAndRestore(os.path.join(SHARED, "backup"))
+    # BACKUP=keras: Keras's own callback, as users write it.
+    backup_class = (keras.callbacks.BackupAndRestore if os.environ.get("BACKUP") == "keras"
+                    else BackupAndRestore)
+    backup = backup_class(os.path.join(SHARED, "backup"))
     history = model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0,
                         callbacks=[backup, Crash()])
     out["epochs_run"] = len(history.history["loss"])

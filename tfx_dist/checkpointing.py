@@ -1,0 +1,178 @@
+"""Checkpoints under several workers: the chief writes, the others do not collide.
+
+TensorFlow's convention, which the multi-worker tutorial follows: every
+worker saves (saving may run collectives), the chief to the real path and the
+others to temporary places they delete afterwards: `write_dirpath`,
+`write_filepath` and `remove_temp_dirpath` give those places.
+`BackupAndRestore` is Keras's callback under tfx_dist's name (Keras's own
+works unchanged, see `tfx_dist.keras_callbacks`).
+
+Save barrier: a worker that saves and then loads the chief's file (the
+tutorial does) must not load before the chief has finished writing it. Once a
+`tfx_dist.MultiWorkerMirroredStrategy` of several workers exists in the
+process, `install_save_barrier` (called by the strategy) makes these return
+on every worker only after every worker, the chief included, has finished
+its write (a barrier through the strategy's communicator, run after the
+write):
+
+* ``keras.Model.save`` and ``keras.Model.save_weights``;
+* ``tf.train.Checkpoint.save`` and ``tf.train.Checkpoint.write``;
+* ``tf.train.CheckpointManager.save``.
+
+So these must be called on every worker, as TensorFlow's tutorials do (a save
+on the chief alone waits for the others until ``TFX_TIMEOUT_S``, then fails).
+A save nested in another (``CheckpointManager.save`` writes through the
+checkpoint) waits once, at the end of the outermost. Only eager calls wait: a
+save inside ``tf.function`` is left as it is.
+
+The patches wrap public methods of Keras and TensorFlow classes (no private
+attribute is used), so they are version-independent; they are installed once.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import weakref
+
+import keras
+import tensorflow as tf
+
+# Multi-worker strategies (several workers) alive in this process, newest last.
+_strategies: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+_next_key = [0]
+_depth = threading.local()
+_install_lock = threading.Lock()
+_installed = False
+
+
+def register_strategy(strategy) -> None:
+    """Records a multi-worker strategy so that saves outside its scope find it."""
+    _strategies[_next_key[0]] = strategy
+    _next_key[0] += 1
+
+
+def is_multi_worker(strategy) -> bool:
+    """Whether ``strategy`` trains with several workers (TensorFlow's definition)."""
+    extended = getattr(strategy, "extended", None)
+    return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
+
+
+def is_chief(strategy) -> bool:
+    """Whether this worker writes the real files (also True for one worker)."""
+    return not is_multi_worker(strategy) or bool(strategy.extended.should_checkpoint)
+
+
+def saving_strategy(model=None):
+    """The multi-worker strategy a save belongs to, or None.
+
+    The model's strategy, else the strategy in scope, else the newest
+    multi-worker strategy alive in the process (a `tf.train.Checkpoint` is
+    usually saved outside any scope).
+    """
+    candidates = []
+    if model is not None:
+        candidates.append(getattr(model, "distribute_strategy", None))
+    if tf.distribute.has_strategy():
+        candidates.append(tf.distribute.get_strategy())
+    live = [_strategies[k] for k in sorted(_strategies.keys()) if k in _strategies]
+    candidates.extend(reversed(live))
+    for strategy in candidates:
+        if strategy is not None and is_multi_worker(strategy) and hasattr(strategy.extended,
+                                                                          "barrier"):
+            return strategy
+    return None
+
+
+def _with_barrier(method, model_arg: bool):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        depth = getattr(_depth, "value", 0)
+        _depth.value = depth + 1
+        try:
+            result = method(self, *args, **kwargs)
+        finally:
+            _depth.value = depth
+        if depth == 0 and tf.executing_eagerly():
+            strategy = saving_strategy(self if model_arg else None)
+            if strategy is not None:
+                strategy.extended.barrier()  # after this worker's write: the chief's is done
+        return result
+
+    wrapper.__tfx_dist_save_barrier__ = True
+    return wrapper
+
+
+def _save_methods():
+    return [(keras.Model, "save", True), (keras.Model, "save_weights", True),
+            (tf.train.Checkpoint, "save", False), (tf.train.Checkpoint, "write", False),
+            (tf.train.CheckpointManager, "save", False)]
+
+
+def install_save_barrier() -> None:
+    """Makes saves return only once every worker's write is complete (idempotent)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        for owner, name, model_arg in _save_methods():
+            method = getattr(owner, name)
+            if not getattr(method, "__tfx_dist_save_barrier__", False):
+                setattr(owner, name, _with_barrier(method, model_arg))
+        _installed = True
+
+
+# -- paths: the chief writes, the others write to temporary folders --------------------------
+
+def _strategy_or_current(strategy):
+    return strategy if strategy is not None else tf.distribute.get_strategy()
+
+
+def write_dirpath(dirpath: str, strategy=None) -> str:
+    """The folder this worker should write ``dirpath``'s checkpoint to.
+
+    The chief (and a single worker) writes to ``dirpath`` itself; every other
+    worker to ``dirpath/workertemp_<task id>``, TensorFlow's convention, so
+    that it never clobbers the chief's files. Remove it afterwards with
+    `remove_temp_dirpath`.
+
+    Example:
+    ```python
+    path = tfx_dist.checkpointing.write_dirpath("/ckpt", strategy)
+    manager = tf.train.CheckpointManager(checkpoint, path, max_to_keep=1)
+    manager.save()                                   # on every worker
+    remove_temp_dirpath("/ckpt", strategy)
+    ```
+    """
+    strategy = _strategy_or_current(strategy)
+    if is_chief(strategy):
+        return dirpath
+    return os.path.join(dirpath, f"workertemp_{strategy.cluster_resolver.task_id}")
+
+
+def write_filepath(filepath: str, strategy=None) -> str:
+    """`write_dirpath` for a file path: the chief keeps it, the others write elsewhere."""
+    dirpath, base = os.path.split(filepath)
+    return os.path.join(write_dirpath(dirpath, strategy), base)
+
+
+def remove_temp_dirpath(dirpath: str, strategy=None) -> None:
+    """Deletes this worker's temporary folder made by `write_dirpath` (no-op on the chief)."""
+    strategy = _strategy_or_current(strategy)
+    path = write_dirpath(dirpath, strategy)
+    if path != dirpath:
+        tf.io.gfile.rmtree(path) if tf.io.gfile.exists(path) else None
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore`, kept under this name for existing programs.
+
+    Keras's own callback now works as it is under tfx_dist's multi-worker
+    strategy (see `tfx_dist.keras_callbacks`): the chief writes ``backup_dir``,
+    the other workers write to a temporary folder of their own, and every
+    worker restores from ``backup_dir``, which must be on storage every worker
+    reads.
+
+    Args: as `keras.callbacks.BackupAndRestore`.
+    """
