@@ -77,6 +77,24 @@ def test_each_worker_gets_its_tf_config_and_the_shared_secret(tmp_path, n):
     assert all(r["bfc"] == "true" for r in reports)  # TensorFlow's caching CPU allocator
 
 
+def test_parameter_server_tasks(tmp_path):
+    """--ps P: P more tasks of type ps in every TF_CONFIG, shown as [ps0]..., the same secret."""
+    result, _ = launch("-n", "2", "--ps", "2", sys.executable, script(tmp_path, REPORT))
+    assert result.returncode == 0, result.stderr
+    labels = ["0", "1", "ps0", "ps1"]
+    reports = [json.loads(lines_of(result.stdout, label.rjust(3))[0]) for label in labels]
+    configs = [json.loads(r["tf_config"]) for r in reports]
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1},
+                                            {"type": "ps", "index": 0}, {"type": "ps", "index": 1}]
+    cluster_ = configs[0]["cluster"]
+    assert len(cluster_["worker"]) == 2 and len(cluster_["ps"]) == 2
+    assert len(set(cluster_["worker"] + cluster_["ps"])) == 4  # every task has its own port
+    assert all(c["cluster"] == cluster_ for c in configs)
+    assert len({r["secret"] for r in reports}) == 1
+    info = cluster.parse_tf_config(reports[2]["tf_config"])
+    assert info.task_type == "ps" and info.ps_addresses == tuple(cluster_["ps"])
+
+
 def test_users_allocator_choice_is_kept(tmp_path):
     env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="false")
     result, _ = launch("-n", "1", sys.executable, script(tmp_path, REPORT), env=env)
@@ -320,6 +338,7 @@ def test_ctrl_c_stops_all_workers(tmp_path):
     (["-n", "2", "--timeout", "0", "true"], "--timeout must be positive"),
     (["true"], "required: -n/--num-workers"),
     (["-n", "2", "--cpu-bind", "sockets", "true"], "invalid choice: 'sockets'"),
+    (["-n", "2", "--ps", "-1", "true"], "--ps must be at least 0"),
 ])
 def test_bad_arguments(args, message):
     result, _ = launch(*args)

@@ -384,11 +384,13 @@ class _Job:
     """N worker processes, their relays, and how to stop them."""
 
     def __init__(self, command: Sequence[str], envs: Sequence[dict], hide_progress: bool,
-                 cpu_sets: Optional[Sequence[Sequence[int]]] = None):
+                 cpu_sets: Optional[Sequence[Sequence[int]]] = None,
+                 labels: Optional[Sequence[str]] = None):
         self.console = _Console()
         self.procs: List[subprocess.Popen] = []
         self.relays: List[_Relay] = []
-        width = len(str(len(envs) - 1))
+        self.labels = list(labels) if labels else [str(rank) for rank in range(len(envs))]
+        width = max(len(label) for label in self.labels)
         # Code between fork and exec (the parent-death signal, the CPU binding)
         # is only safe while this process has one thread; else the binding is
         # applied as soon as the worker has started (threads it starts at once
@@ -412,7 +414,7 @@ class _Job:
         stdout = getattr(sys.stdout, "buffer", sys.stdout)
         stderr = getattr(sys.stderr, "buffer", sys.stderr)
         for rank, proc in enumerate(self.procs):
-            prefix = f"[{rank:>{width}}] ".encode()
+            prefix = f"[{self.labels[rank]:>{width}}] ".encode()
             hide = hide_progress and rank != 0
             self.relays.append(_Relay(rank, proc.stdout, stdout, prefix, self.console, hide, False))
             self.relays.append(_Relay(rank, proc.stderr, stderr, prefix, self.console, hide, True))
@@ -466,6 +468,10 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--num-workers", type=int, required=True, metavar="N",
                         help="number of worker processes (ranks 0..N-1; rank 0 is the chief)")
+    parser.add_argument("--ps", type=int, default=0, metavar="P",
+                        help="also start P parameter-server tasks (ps:0..P-1, shown as "
+                             "'[ps0] ...'), for tfx_dist.ParameterServerStrategy; they run the "
+                             "same command and exit once the workers are done")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="stop all workers and exit 124 after this many seconds")
     parser.add_argument("--host", default="127.0.0.1",
@@ -489,16 +495,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def task_labels(num_workers: int, num_ps: int = 0) -> List[str]:
+    """How output lines name each task: the worker's rank, then ``ps0``, ``ps1``..."""
+    return [str(rank) for rank in range(num_workers)] + [f"ps{i}" for i in range(num_ps)]
+
+
 def worker_environments(num_workers: int, host: str, ports: Sequence[int],
-                        base: Optional[dict] = None) -> List[dict]:
-    """Returns each worker's environment: ``base`` (default ``os.environ``) plus TF_CONFIG and the secret."""
+                        base: Optional[dict] = None, num_ps: int = 0) -> List[dict]:
+    """Returns each task's environment: ``base`` (default ``os.environ``) plus TF_CONFIG and the secret.
+
+    The workers come first (ranks 0..N-1, on ``ports[:N]``), then the ``num_ps``
+    parameter servers (on the next ports).
+    """
     base = dict(os.environ if base is None else base)
-    cluster = {"worker": [join_address(host, port) for port in ports]}
+    addresses = [join_address(host, port) for port in ports]
+    cluster = {"worker": addresses[:num_workers]}
+    if num_ps:
+        cluster["ps"] = addresses[num_workers:num_workers + num_ps]
+    tasks = [("worker", rank) for rank in range(num_workers)] + [("ps", i) for i in range(num_ps)]
     secret = secrets.token_hex(32)
     envs = []
-    for rank in range(num_workers):
+    for task_type, index in tasks:
         env = dict(base)
-        env["TF_CONFIG"] = make_tf_config(cluster, "worker", rank)
+        env["TF_CONFIG"] = make_tf_config(cluster, task_type, index)
         env["TFX_JOB_SECRET"] = secret
         env.setdefault("PYTHONUNBUFFERED", "1")
         # TensorFlow's default CPU allocator hands large buffers back to the
@@ -528,9 +547,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"-n/--num-workers must be at least 1, received {args.num_workers}")
     if args.timeout is not None and args.timeout <= 0:
         parser.error(f"--timeout must be positive, received {args.timeout}")
+    if args.ps < 0:
+        parser.error(f"--ps must be at least 0, received {args.ps}")
     try:
-        ports = pick_ports(args.host, args.num_workers, args.port_base)
-        envs = worker_environments(args.num_workers, args.host, ports)
+        ports = pick_ports(args.host, args.num_workers + args.ps, args.port_base)
+        envs = worker_environments(args.num_workers, args.host, ports, num_ps=args.ps)
     except LaunchError as e:
         _say(str(e))
         return 2
@@ -547,8 +568,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     try:
         try:
-            cpu_sets = cpu_shares(args.num_workers) if args.cpu_bind == "cores" else None
-            job = _Job(command, envs, hide_progress=not args.all_progress, cpu_sets=cpu_sets)
+            cpu_sets = cpu_shares(len(envs)) if args.cpu_bind == "cores" else None
+            job = _Job(command, envs, hide_progress=not args.all_progress, cpu_sets=cpu_sets,
+                       labels=task_labels(args.num_workers, args.ps))
         except LaunchError as e:
             _say(str(e))
             return 2
@@ -582,11 +604,12 @@ def _supervise(job: _Job, args, received: List[int]) -> int:
             running = sum(1 for c in codes if c is None)
             job.stop(args.grace_period)
             job.join_output()
-            _say(f"rank {rank} {_describe_exit(code)}"
+            who = f"rank {rank}" if job.labels[rank] == str(rank) else f"task {job.labels[rank]}"
+            _say(f"{who} {_describe_exit(code)}"
                  + (f"; stopped the other {running} worker(s)" if running else ""))
             tail = job.stderr_tail(rank)
             if tail:
-                _say(f"last {len(tail)} stderr line(s) of rank {rank}:")
+                _say(f"last {len(tail)} stderr line(s) of {who}:")
                 sys.stderr.write("".join(f"    {line}\n" for line in tail))
                 sys.stderr.flush()
             return _shell_exit_code(code)

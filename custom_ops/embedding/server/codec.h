@@ -1,6 +1,6 @@
 // Packing and unpacking of the parameter server's payloads: plain values in
 // host byte order (every process of a job runs on the same architecture)
-// appended one after the other. The Reader checks every length against what
+// appended one after the other; an array is its int64 count, then its values. The Reader checks every length against what
 // is left, so a truncated or forged payload is an error, never a read past
 // the end.
 #pragma once
@@ -22,12 +22,6 @@ class Writer {
   void PutString(const std::string& s) {
     Put<uint32_t>(static_cast<uint32_t>(s.size()));
     out_.append(s);
-  }
-  // n values of T, after their count.
-  template <typename T>
-  void PutArray(const T* values, int64_t n) {
-    Put<int64_t>(n);
-    out_.append(reinterpret_cast<const char*>(values), static_cast<size_t>(n) * sizeof(T));
   }
   std::string& bytes() { return out_; }
 

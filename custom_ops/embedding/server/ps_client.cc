@@ -23,6 +23,19 @@ Code FromServiceCode(int32_t code) {
   }
 }
 
+// Writes the count and then ids[i] for each i in positions (codec.h's array layout).
+void PutSelected(const int64_t* ids, const std::vector<int64_t>& positions, Writer* w) {
+  w->Put<int64_t>(static_cast<int64_t>(positions.size()));
+  for (int64_t i : positions) w->Put(ids[i]);
+}
+
+// The same for rows of dim floats.
+void PutSelectedRows(const float* rows, int64_t dim, const std::vector<int64_t>& positions, Writer* w) {
+  w->Put<int64_t>(static_cast<int64_t>(positions.size()) * dim);
+  for (int64_t i : positions)
+    w->bytes().append(reinterpret_cast<const char*>(rows + i * dim), static_cast<size_t>(dim) * sizeof(float));
+}
+
 void* IntoVector(void* arg, int64_t len) {
   auto* v = static_cast<std::vector<char>*>(arg);
   v->resize(static_cast<size_t>(len));
@@ -99,15 +112,12 @@ Status PsClient::Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* 
   std::vector<std::vector<int64_t>> positions;
   Route(ids, n, info.dynamic, &positions);
   std::vector<std::string> payloads(num_servers_);
-  std::vector<int64_t> mine;
   for (int s = 0; s < num_servers_; ++s) {
     if (positions[s].empty()) continue;
-    mine.clear();
-    for (int64_t i : positions[s]) mine.push_back(ids[i]);
     Writer w;
     w.Put(table_id);
     w.Put(steps_.load());
-    w.PutArray(mine.data(), static_cast<int64_t>(mine.size()));
+    PutSelected(ids, positions[s], &w);
     payloads[s] = std::move(w.bytes());
   }
   std::vector<std::vector<char>> replies;
@@ -130,23 +140,15 @@ Status PsClient::Push(int64_t table_id, const int64_t* ids, int64_t n, const flo
   std::vector<std::vector<int64_t>> positions;
   Route(ids, n, info.dynamic, &positions);
   std::vector<std::string> payloads(num_servers_);
-  std::vector<int64_t> mine;
-  std::vector<float> rows;
   for (int s = 0; s < num_servers_; ++s) {
     if (positions[s].empty()) continue;
-    mine.clear();
-    rows.clear();
-    for (int64_t i : positions[s]) {
-      mine.push_back(ids[i]);
-      rows.insert(rows.end(), grads + i * info.dim, grads + (i + 1) * info.dim);
-    }
     Writer w;
     w.Put(table_id);
     w.Put(steps_.load());
     w.Put(learning_rate);
     w.Put(0.0f);
-    w.PutArray(mine.data(), static_cast<int64_t>(mine.size()));
-    w.PutArray(rows.data(), static_cast<int64_t>(rows.size()));
+    PutSelected(ids, positions[s], &w);
+    PutSelectedRows(grads, info.dim, positions[s], &w);
     payloads[s] = std::move(w.bytes());
   }
   TFX_EMB_RETURN_IF_ERROR(CallAll(kPush, payloads));
