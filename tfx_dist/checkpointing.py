@@ -5,7 +5,7 @@ worker saves (saving may run collectives), the chief to the real path and the
 others to temporary places they delete afterwards: `write_dirpath`,
 `write_filepath` and `remove_temp_dirpath` give those places.
 `BackupAndRestore` is Keras's callback under tfx_dist's name (Keras's own
-works unchanged, see `tfx_dist.keras_callbacks`).
+works unchanged, see `tfx_dist._tf_compat.keras_callbacks`).
 
 Save barrier: a worker that saves and then loads the chief's file (the
 tutorial does) must not load before the chief has finished writing it. Once a
@@ -169,7 +169,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore`, kept under this name for existing programs.
 
     Keras's own callback now works as it is under tfx_dist's multi-worker
-    strategy (see `tfx_dist.keras_callbacks`): the chief writes ``backup_dir``,
+    strategy (see `tfx_dist._tf_compat.keras_callbacks`): the chief writes ``backup_dir``,
     the other workers write to a temporary folder of their own, and every
     worker restores from ``backup_dir``, which must be on storage every worker
     reads.

@@ -25,7 +25,7 @@ Checkpoints follow TensorFlow's convention: every worker saves (saving may
 run collectives), the chief to the real path and the others elsewhere. With
 several workers the strategy makes saves wait for the chief's files and
 Keras's file-writing callbacks write the chief's files only (see
-`tfx_dist.checkpointing` and `tfx_dist.keras_callbacks`).
+`tfx_dist.checkpointing` and `tfx_dist._tf_compat.keras_callbacks`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import tensorflow as tf
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import checkpointing
 from tfx_dist import cluster as cluster_lib
-from tfx_dist import keras_callbacks
+from tfx_dist._tf_compat import keras_callbacks
 # The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
 from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
                                     write_dirpath, write_filepath)

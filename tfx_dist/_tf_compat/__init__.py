@@ -11,6 +11,9 @@ objects. A TensorFlow upgrade touches this package only:
 * `fields`: private fields of TensorFlow objects, read or set by functions
   named for what they do.
 * `patches`: the functions of TensorFlow replaced at run time, installed once.
+* `keras_callbacks`: Keras's file-writing callbacks pointed at per-worker
+  folders on workers other than the chief (wraps Keras's private
+  ``CallbackList``; installed once by the multi-worker strategy).
 
 Callers import the package (``from tfx_dist import _tf_compat as tfc``) and
 use the names below.
