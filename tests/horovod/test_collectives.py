@@ -115,3 +115,11 @@ def test_collectives_under_horovodrun_environment(tmp_path):
 def test_collectives_under_real_horovodrun(tmp_path):
     launch([os.path.join(HOROVOD_VENV, "bin", "horovodrun"), "--gloo", "-np", "2", "-H",
             "localhost:2", shutil.which("python3") or sys.executable, SCRIPT], tmp_path)
+
+
+@pytest.mark.skipif(workers.mpirun_missing() is not None, reason=str(workers.mpirun_missing()))
+def test_collectives_under_mpirun(tmp_path):
+    # No TF_CONFIG and no secret: the ranks exchange addresses over MPI (mpi4py).
+    launch(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "btl",
+            "self,tcp", "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "TFX_JOB_SECRET=",
+            sys.executable, SCRIPT], tmp_path)
