@@ -148,6 +148,16 @@ for sparse_as_dense in (False, True):
     check(f"tape_sparse_{sparse_as_dense}", tf.convert_to_tensor(gemb),
           [[(k + 1) / n] * 2 for k in range(n)] + [[0.0, 0.0]])
 
+with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(w * float(r + 1))
+tape = hvd.DistributedGradientTape(tape, gradient_predivide_factor=2.0,
+                                   compression=hvd.Compression.fp16)
+check("tape_predivide_fp16", tape.gradient(loss, [w])[0], [(n + 1) / 2] * 2)
+with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(w * float(r + 1))
+check("tape_sum", hvd.DistributedGradientTape(tape, op=hvd.Sum).gradient(loss, w),
+      [n * (n + 1) / 2] * 2)
+
 # DistributedOptimizer: SGD(lr=1) on loss w * (rank + 1) moves w by the mean gradient.
 for passes, average in ((1, False), (2, False), (2, True)):
     var = keras.Variable([0.0])
