@@ -85,9 +85,21 @@ class _KeyValueHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_collectives_under_horovodrun_environment(tmp_path):
-    # What `horovodrun --gloo -np 2 -H localhost:2` gives each process (../shared/NOTES.md),
-    # with a store speaking its rendezvous server's protocol; no TF_CONFIG, no secret.
+STRATEGY_SCRIPT = """
+import tensorflow as tf
+import tfx_dist
+from workers import report
+
+strategy = tfx_dist.MultiWorkerMirroredStrategy()
+value = strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+report({"replicas": strategy.num_replicas_in_sync, "sum": float(value)})
+"""
+
+
+def _horovodrun_environment(tmp_path, script):
+    """Runs ``script`` on 2 processes with what `horovodrun --gloo -np 2 -H localhost:2` gives
+    each (../shared/NOTES.md) and a store speaking its rendezvous server's protocol; no
+    TF_CONFIG, no secret. Returns (results, the store's keys)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeyValueHandler)
     server.store, server.lock = {}, threading.Lock()
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -99,14 +111,25 @@ def test_collectives_under_horovodrun_environment(tmp_path):
                      "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
                      "HOROVOD_GLOO_RENDEZVOUS_PORT": server.server_address[1]}
                     for k in range(2)]
-        with open(SCRIPT) as f:
-            results = workers.run_workers(f.read(), 2, str(tmp_path), timeout_s=240,
-                                          per_rank_env=per_rank)
+        results = workers.run_workers(script, 2, str(tmp_path), timeout_s=240,
+                                      per_rank_env=per_rank)
     finally:
         server.shutdown()
+    return results, list(server.store)
+
+
+def test_collectives_under_horovodrun_environment(tmp_path):
+    with open(SCRIPT) as f:
+        results, keys = _horovodrun_environment(tmp_path, f.read())
     for r in results:
         assert_checks(r.result)
-    assert any(key.startswith("/tfx_dist/secret") for key in server.store)
+    assert "/tfx_dist/secret" in keys
+
+
+def test_strategy_under_horovodrun_environment(tmp_path):
+    # tfx_dist's own strategies resolve the same job (tfx_dist.cluster.horovod_bootstrap).
+    results, _ = _horovodrun_environment(tmp_path, STRATEGY_SCRIPT)
+    assert [r.result for r in results] == [{"replicas": 2, "sum": 2.0}] * 2
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(HOROVOD_VENV, "bin", "horovodrun")),

@@ -5,7 +5,7 @@ the matching ``TFX_*`` variable is unset (the tfx_dist name wins). An ignored
 one, when set, is reported once per process (by rank 0) as a warning.
 The variables horovodrun sets for its own processes (``HOROVOD_RANK``,
 ``HOROVOD_CONTROLLER``, ``HOROVOD_GLOO_*``, ...) are read by
-`tfx_dist.cluster` and `tfx_dist.horovod._rendezvous`, not here.
+`tfx_dist.cluster` (with `tfx_dist.cluster.horovod_bootstrap`), not here.
 """
 
 from __future__ import annotations

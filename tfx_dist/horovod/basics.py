@@ -68,8 +68,11 @@ def init(comm=None, process_sets=None):
                              "not train; run Horovod code on the chief and the workers only.")
         size = info.num_workers
         if size > 1 and not info.worker_addresses:
-            from tfx_dist.horovod import _rendezvous
-            info = _rendezvous.complete(info)
+            raise ValueError(
+                f"hvd.init(): the job gives this process rank {info.rank} of {size} "
+                f"({info.source.value}) but not the address of every rank. Start it with "
+                "`tfx-dist-run -n N`, `horovodrun --gloo`, or mpirun with mpi4py installed, "
+                "or set TF_CONFIG.")
         addresses = list(info.worker_addresses or ["127.0.0.1:0"])
         communicator = Communicator(info.rank, size, addresses, **_env.communicator_options())
         _state = _State(info, communicator, *_host_index(info))

@@ -56,21 +56,25 @@ class KeyValueStore:
         return [self.get(f"{key}.{r}") for r in range(size)]
 
 
-def complete(info, environ=None):
+_horovod_cache = None
+
+
+def complete_horovod(info, environ):
     """``info`` (from horovodrun's variables) with every rank's address.
 
+    Returns ``info`` unchanged when the environment names no rendezvous store
+    (horovodrun started without Gloo). Runs the exchange once per process
+    (later calls return the first result).
+
     Raises:
-      ClusterConfigError: no rendezvous store in the environment (say how to
-        start the job instead), or a rank did not arrive in time.
+      ClusterConfigError: a rank did not arrive within ``TFX_TIMEOUT_S``.
     """
-    environ = os.environ if environ is None else environ
+    global _horovod_cache
+    if _horovod_cache is not None:
+        return _horovod_cache
     host, port = environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     if not host or not port:
-        raise ClusterConfigError(
-            f"hvd.init(): the job gives this process rank {info.rank} of {info.num_workers} "
-            f"({info.source.value}) but not the address of every rank. Start it with "
-            "`tfx-dist-run -n N`, `horovodrun --gloo`, or mpirun with mpi4py installed, or set "
-            "TF_CONFIG.")
+        return info
     from tfx_dist import settings
 
     store = KeyValueStore(host, int(port), float(settings.get("TFX_TIMEOUT_S")))
@@ -84,5 +88,6 @@ def complete(info, environ=None):
         if info.rank == 0:
             store.put("secret", secrets.token_hex(32))
         os.environ["TFX_JOB_SECRET"] = store.get("secret")
-    return from_cluster({"worker": endpoints}, "worker", info.rank, source=info.source,
-                        where="horovodrun rendezvous")
+    _horovod_cache = from_cluster({"worker": endpoints}, "worker", info.rank, source=info.source,
+                                  where="horovodrun rendezvous")
+    return _horovod_cache
