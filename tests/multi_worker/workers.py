@@ -42,6 +42,19 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def mpirun_missing() -> str | None:
+    """Why tests that start ``mpirun`` without TF_CONFIG cannot run here, or None if they can."""
+    import shutil
+
+    if shutil.which("mpirun") is None:
+        return "mpirun not found (scripts/setup.sh installs Debian's openmpi-bin)"
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return "mpi4py not installed (scripts/setup.sh: pip install mpi4py)"
+    return None
+
+
 def tf_config(addresses: list[str], index: int) -> str:
     """The ``TF_CONFIG`` of worker ``index`` of a cluster of plain workers."""
     return json.dumps({"cluster": {"worker": addresses},

@@ -68,7 +68,9 @@ def resolve(cluster_resolver=None, environ: Optional[Mapping[str, str]] = None) 
     Sources 3 to 5 give ranks but no addresses. When this process's own
     environment is read (``environ`` not given) and the job has several
     processes, they are completed: under mpirun by an exchange over MPI when
-    mpi4py is installed (`tfx_dist.cluster.mpi_bootstrap`), under srun by
+    mpi4py is installed (`tfx_dist.cluster.mpi_bootstrap`), under
+    ``horovodrun --gloo`` through its rendezvous store
+    (`tfx_dist.cluster.horovod_bootstrap`), under srun by
     TensorFlow's ``SlurmClusterResolver`` (`tfx_dist.cluster.slurm_bootstrap`).
     Otherwise the result has ``worker_addresses=None`` (and
     ``cluster``/``address`` None).
@@ -112,6 +114,9 @@ def _with_addresses(info: ClusterInfo, environ: Mapping[str, str]) -> ClusterInf
     if info.source is Source.SLURM:
         from tfx_dist.cluster import slurm_bootstrap
         return slurm_bootstrap.complete_slurm(info, environ)
+    if info.source is Source.HOROVOD:
+        from tfx_dist.cluster import horovod_bootstrap
+        return horovod_bootstrap.complete_horovod(info, environ)
     return info
 
 

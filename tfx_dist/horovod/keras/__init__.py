@@ -1,0 +1,62 @@
+"""Horovod's Keras API (``horovod.tensorflow.keras``) for Keras 3 on tfx_dist's collectives.
+
+Example::
+
+    import tfx_dist.horovod.keras as hvd    # was: import horovod.tensorflow.keras as hvd
+
+    hvd.init()
+    opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size()))
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+    model.fit(x, y, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                               hvd.callbacks.MetricAverageCallback()])
+"""
+
+from tfx_dist.horovod import (Adasum, Average, Compression, Max, Min, Product, Sum,
+                              allgather_object, broadcast_object, ccl_built, cross_rank,
+                              cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+                              is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                              mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
+                              shutdown, size, start_timeline, stop_timeline)
+from tfx_dist.horovod import mpi_ops as _ops
+from tfx_dist.horovod.gradients import DistributedOptimizer
+from tfx_dist.horovod.keras import callbacks
+
+
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+              op=None, compression=Compression.none):
+    """All-reduces a tensor-compatible value over every rank (default op Average); returns a tensor."""
+    return _ops.allreduce(value, average=average, compression=compression, op=op,
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                          name=name)
+
+
+def allgather(value, name=None):
+    """Concatenates every rank's value on dimension 0; returns a tensor."""
+    return _ops.allgather(value, name=name)
+
+
+def broadcast(value, root_rank, name=None):
+    """Rank ``root_rank``'s value on every rank; returns a tensor."""
+    return _ops.broadcast(value, root_rank, name=name)
+
+
+def reducescatter(value, name=None, op=Average):
+    return _ops.reducescatter(value, name=name, op=op)
+
+
+def broadcast_global_variables(root_rank):
+    raise NotImplementedError(
+        "broadcast_global_variables needs TensorFlow 1's global variables; with Keras 3 use "
+        "hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank) in fit(), or "
+        "tfx_dist.horovod.broadcast_variables(model.variables, root_rank).")
+
+
+__all__ = [
+    "Adasum", "Average", "Compression", "DistributedOptimizer", "Max", "Min", "Product", "Sum",
+    "allgather", "allgather_object", "allreduce", "broadcast", "broadcast_global_variables",
+    "broadcast_object", "callbacks", "ccl_built", "cross_rank", "cross_size", "cuda_built",
+    "ddl_built", "gloo_built", "gloo_enabled", "init", "is_homogeneous", "is_initialized",
+    "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+    "nccl_built", "rank", "reducescatter", "rocm_built", "shutdown", "size", "start_timeline",
+    "stop_timeline",
+]

@@ -1,0 +1,251 @@
+"""Horovod's collectives (``hvd.allreduce``, ``hvd.allgather``, ...) on tfx_dist's runtime.
+
+Each call is one `tfx_dist.comm.ops` kernel on the process's communicator, so
+it works eagerly and inside `tf.function`. As in Horovod, the ranks match
+calls by ``name``: calls given the same name on every rank meet whatever the
+order they are issued in (within one traced function, or from several
+threads); calls without a name get one from their position (see
+`tfx_dist.comm.naming`), so every rank must then issue them in the same order.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import tensorflow as tf
+
+from tfx_dist.cross_worker_ops import _encode_for_move, _encode_for_reduce
+from tfx_dist.horovod import basics
+from tfx_dist.horovod.compression import Compression
+
+# Horovod's reduction ops, with Horovod's values.
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_RUNTIME_REDUCTION = {Average: "mean", Sum: "sum", Min: "min", Max: "max"}
+_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
+             Product: "Product"}
+
+
+def _ops():
+    from tfx_dist.comm import ops  # imported late: loads the op library
+
+    return ops
+
+
+def _check_process_set(process_set):
+    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
+        raise NotImplementedError("tfx_dist.horovod has one process set, the global one; "
+                                  f"Received: process_set={process_set!r}")
+
+
+def _resolve_op(op, average):
+    """Horovod's rule: ``op`` wins; the deprecated ``average`` picks Average or Sum; default Average."""
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if op is None:
+        op = Sum if average is False else Average
+    if op == Adasum:
+        raise NotImplementedError(
+            "tfx_dist.horovod does not support op=hvd.Adasum (Adasum's scaled reduction is not "
+            "in the tfx_dist runtime); use op=hvd.Average.")
+    if op not in _OP_NAMES:
+        raise ValueError(f"Expected op to be one of hvd.Average, hvd.Sum, hvd.Min, hvd.Max, "
+                         f"hvd.Product. Received: op={op!r}")
+    return op
+
+
+def _scale(tensor, factor):
+    if factor == 1.0:
+        return tensor
+    if isinstance(tensor, tf.IndexedSlices):
+        return tf.IndexedSlices(_scale(tensor.values, factor), tensor.indices, tensor.dense_shape)
+    if tensor.dtype.is_floating:
+        return tensor * tf.cast(factor, tensor.dtype)
+    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+
+
+def _sub(name, suffix):
+    return f"{name}.{suffix}" if name else None
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=None, name=None):
+    """All-reduces a list of tensors in one negotiation (fused on the wire).
+
+    Dense tensors are reduced by the runtime (``Average``, ``Sum``, ``Min``,
+    ``Max``); ``Product`` is computed from an allgather of the inputs, since
+    the runtime has no product reduction. ``tf.IndexedSlices`` are allgathered,
+    as in Horovod.
+
+    Returns:
+      The reduced tensors, in the order and with the dtypes of ``tensors``.
+    """
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    comm = basics.communicator()
+    results = [None] * len(tensors)
+    dense = []
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            results[i] = _allreduce_sparse(t, op, prescale_factor, postscale_factor,
+                                           _sub(name, f"sparse{i}"))
+        elif op == Product:
+            t = _scale(tf.convert_to_tensor(t), prescale_factor)
+            gathered = allgather(tf.expand_dims(t, 0), name=_sub(name, f"product{i}"))
+            results[i] = _scale(tf.reduce_prod(gathered, axis=0), postscale_factor)
+        else:
+            dense.append(i)
+    if dense:
+        sent, restore = [], []
+        for i in dense:
+            t = _scale(tf.convert_to_tensor(tensors[i]), prescale_factor)
+            t, ctx = compression.compress(t)
+            t, decode = _encode_for_reduce(t)
+            sent.append(t)
+            restore.append((ctx, decode))
+        reduced = _ops().all_reduce(sent, comm, reduction=_RUNTIME_REDUCTION[op], name=name)
+        for i, r, (ctx, decode) in zip(dense, reduced, restore):
+            results[i] = _scale(compression.decompress(decode(r), ctx), postscale_factor)
+    return results
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, prescale_factor=1.0, postscale_factor=1.0,
+              name=None, process_set=None, ignore_name_scope=False):
+    """Reduces ``tensor`` over every rank (Horovod's ``hvd.allreduce``; default op Average).
+
+    Example (2 ranks)::
+
+        hvd.allreduce(tf.constant([1.0, 2.0]) * (hvd.rank() + 1), op=hvd.Sum)   # [3., 6.]
+
+    ``tf.IndexedSlices`` are allgathered (values and indices), divided by the
+    number of ranks for Average, as in Horovod.
+    """
+    return grouped_allreduce([tensor], average=average, compression=compression, op=op,
+                             prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                             process_set=process_set, name=name)[0]
+
+
+def _allreduce_sparse(slices, op, prescale_factor, postscale_factor, name):
+    if op not in (Average, Sum):
+        raise NotImplementedError("The allreduce of tf.IndexedSlices supports op=hvd.Average and "
+                                  f"op=hvd.Sum only. Received: op=hvd.{_OP_NAMES[op]}")
+    values = allgather(_scale(slices.values, prescale_factor), name=_sub(name, "values"))
+    indices = allgather(slices.indices, name=_sub(name, "indices"))
+    factor = postscale_factor / (basics.size() if op == Average else 1)
+    return tf.IndexedSlices(_scale(values, factor), indices, dense_shape=slices.dense_shape)
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
+    """Concatenates every rank's ``tensor`` on dimension 0 (which may differ between ranks).
+
+    A scalar is gathered as a vector of one element per rank.
+    """
+    _check_process_set(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        tensor = tf.reshape(tensor, [1])
+    sent, decode = _encode_for_move(tensor)
+    return decode(_ops().all_gather(sent, basics.communicator(), name=name))
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=None):
+    """Every rank receives rank ``root_rank``'s ``tensor`` (same shape and dtype everywhere)."""
+    _check_process_set(process_set)
+    return _broadcast_many([tensor], root_rank, name)[0]
+
+
+def _broadcast_many(tensors, root_rank, name):
+    if not 0 <= root_rank < basics.size():
+        raise ValueError(f"Expected 0 <= root_rank < size ({basics.size()}). "
+                         f"Received: root_rank={root_rank}")
+    sent, decoders = zip(*(_encode_for_move(tf.convert_to_tensor(t)) for t in tensors))
+    out = _ops().broadcast(list(sent), basics.communicator(), root=root_rank, name=name)
+    return [decode(r) for r, decode in zip(out, decoders)]
+
+
+def broadcast_variables(variables, root_rank, process_set=None, name=None):
+    """Assigns rank ``root_rank``'s values to ``variables`` on every rank (one fused broadcast).
+
+    Returns:
+      In a `tf.function`, an op grouping the assignments; eagerly, None.
+    """
+    _check_process_set(process_set)
+    variables = list(variables)
+    if not variables:
+        return None
+    values = _broadcast_many([tf.convert_to_tensor(v) for v in variables], root_rank, name)
+    assigns = [v.assign(value) for v, value in zip(variables, values)]
+    return None if tf.executing_eagerly() else tf.group(*assigns)
+
+
+def _dumps(obj) -> np.ndarray:
+    try:
+        import cloudpickle as pickler  # Horovod's choice: lambdas and local classes too
+    except ImportError:
+        pickler = pickle
+    buffer = io.BytesIO()
+    pickler.dump(obj, buffer)
+    return np.frombuffer(buffer.getvalue(), np.uint8)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None):
+    """Returns rank ``root_rank``'s ``obj`` on every rank (pickled, sent as bytes; eager)."""
+    _check_process_set(process_set)
+    comm = basics.communicator()
+    data = _dumps(obj) if basics.rank() == root_rank else np.zeros(0, np.uint8)
+    (length,) = comm.broadcast_numpy([np.array([data.size], np.int64)], root=root_rank,
+                                     name=_sub(name, "size"))
+    if basics.rank() != root_rank:
+        data = np.zeros(int(length[0]), np.uint8)
+    (data,) = comm.broadcast_numpy([data], root=root_rank, name=_sub(name, "data"))
+    return pickle.loads(data.tobytes())
+
+
+def allgather_object(obj, session=None, name=None, process_set=None):
+    """Returns the list of every rank's ``obj``, by rank (pickled, gathered as bytes; eager)."""
+    _check_process_set(process_set)
+    comm = basics.communicator()
+    data = _dumps(obj)
+    sizes = comm.allgather_numpy(np.array([data.size], np.int64), name=_sub(name, "sizes"))
+    gathered = comm.allgather_numpy(data, name=_sub(name, "data"))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    return [pickle.loads(gathered[a:b].tobytes()) for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=None):
+    raise NotImplementedError(
+        "tfx_dist.horovod.alltoall is not available: the tfx_dist runtime has no all-to-all "
+        "collective yet. Use hvd.allgather and keep the rows meant for this rank.")
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
+                  process_set=None, prescale_factor=1.0, postscale_factor=1.0):
+    raise NotImplementedError(
+        "tfx_dist.horovod.reducescatter is not available: the tfx_dist runtime has no "
+        "reduce-scatter collective yet. Use hvd.allreduce and keep this rank's slice of "
+        "dimension 0.")
+
+
+def join(device=""):
+    raise NotImplementedError(
+        "tfx_dist.horovod.join is not available: every rank must run the same collectives "
+        "(give every rank the same number of batches).")
+
+
+def size_op(process_set_id=0, name=None):
+    return tf.constant(basics.size(), tf.int32)
+
+
+def rank_op(name=None):
+    return tf.constant(basics.rank(), tf.int32)
+
+
+def local_size_op(name=None):
+    return tf.constant(basics.local_size(), tf.int32)
+
+
+def local_rank_op(name=None):
+    return tf.constant(basics.local_rank(), tf.int32)
