@@ -58,6 +58,11 @@ def test_each_server_writes_its_shard_beside_the_checkpoint(saved):
     assert all(s.startswith(os.path.basename(result["saved"])) for s in shards), (shards, result["saved"])
 
 
+def test_keras_save_weights_refuses_a_table_on_servers(saved):
+    message = saved[1]["save_weights_error"]
+    assert message and "'items'" in message and "tf.train.Checkpoint" in message, message
+
+
 def test_restore_into_one_server_and_bad_files(tmp_path, saved):
     ckpt, result = saved
     workers = _restore(tmp_path, ckpt, num_ps=1, BAD_FILES="1")
