@@ -83,7 +83,9 @@ def test_restore_into_three_servers(tmp_path, saved):
         _same_training(result, w)
 
 
-def test_dynamic_table_restores_into_one_server(tmp_path):
-    ckpt, result = _save(tmp_path, DYNAMIC="1")
-    for w in _restore(tmp_path, ckpt, num_ps=1, DYNAMIC="1"):
+def test_dynamic_table_trained_by_adam_restores_into_one_server(tmp_path):
+    """Adam: its slots and the servers' step count (bias correction) must be restored too."""
+    env = {"DYNAMIC": "1", "OPTIMIZER": "Adam"}
+    ckpt, result = _save(tmp_path, **env)
+    for w in _restore(tmp_path, ckpt, num_ps=1, **env):
         _same_training(result, w)

@@ -13,8 +13,8 @@ Checkpoints: the table is a `Trackable` that `tf.train.Checkpoint` (and
 `tf.train.CheckpointManager`) saves like a variable, through TensorFlow's
 saveable API (``_serialize_to_tensors`` / ``_restore_from_tensors``). What it
 serializes is small: the prefix of the files its servers write (each server
-its own shard, in parallel; see `table_checkpoint`) and the optimizer rule
-whose slots they hold. On save, the chief asks the servers to write (the
+its own shard, in parallel; see `table_checkpoint`), the optimizer rule
+whose slots they hold and the servers' step count of that optimizer. On save, the chief asks the servers to write (the
 other workers, which save to temporary folders, record the prefix only); on
 restore, every worker asks them to read (idempotent: each server replaces its
 rows with the same ones). Being an ordinary saveable, it is restored when the
@@ -122,19 +122,25 @@ class RemoteTable(tfc.trackable_base.Trackable):
 
     # -- checkpoints ---------------------------------------------------------------------------
 
-    def save(self, prefix: str) -> None:
-        """Has every server write its shard to ``prefix.shard-<s>-of-<S>`` (in parallel)."""
+    def save(self, prefix: str) -> int:
+        """Has every server write its shard to ``prefix.shard-<s>-of-<S>`` (in parallel).
+
+        Returns the table's optimizer step count (Adam's), which the files do not hold.
+        """
         for stale in table_checkpoint.existing_shards(prefix):  # another job size's files
             tf.io.gfile.remove(stale)
+        applies = ctypes.c_int64(0)
         err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_save(self._client_id, self.table_id, prefix.encode(), err,
-                                                 _native.ERR_LEN), err)
+        _native.check(_native.lib().tfx_ps_save(self._client_id, self.table_id, prefix.encode(),
+                                                 ctypes.byref(applies), err, _native.ERR_LEN), err)
+        return applies.value
 
-    def restore(self, prefix: str, optimizer=None) -> None:
+    def restore(self, prefix: str, optimizer=None, applies: int = 0) -> None:
         """Replaces the rows (and slots) on every server with those saved at ``prefix``.
 
         The files may come from any number of servers. ``optimizer``: the store
-        rule the files' slots belong to (set on the servers first).
+        rule the files' slots belong to (set on the servers first); ``applies``:
+        the step count `save` returned.
 
         Raises:
           FileNotFoundError: a shard file is missing (named); the table is unchanged.
@@ -147,23 +153,23 @@ class RemoteTable(tfc.trackable_base.Trackable):
         array = (ctypes.c_char_p * len(encoded))(*encoded)
         err = _native.error_buffer()
         _native.check(_native.lib().tfx_ps_restore(self._client_id, self.table_id, array, len(encoded),
-                                                    err, _native.ERR_LEN), err)
+                                                    applies, err, _native.ERR_LEN), err)
 
     def _serialize_to_tensors(self):
         # TensorFlow also calls this outside saves (restoring asks for the
         # tensors' names): only a save of tf.train.Checkpoint has a prefix.
         checkpoint_prefix = tfc.current_checkpoint_prefix()
-        prefix = ""
+        prefix, applies = "", 0
         if checkpoint_prefix is not None:
             prefix = table_checkpoint.table_prefix(checkpoint_prefix, self.name, self.table_id)
             if self._is_chief():
-                self.save(prefix)
+                applies = self.save(prefix)
         with tf.device("/cpu:0"):
-            return {"shard_prefix": tf.constant(prefix),
+            return {"shard_prefix": tf.constant(prefix), "applies": tf.constant(applies, tf.int64),
                     "optimizer": tf.constant(table_checkpoint.encode_optimizer(self._optimizer))}
 
     def _restore_from_tensors(self, restored_tensors):
-        def restore(prefix, optimizer):
+        def restore(prefix, optimizer, applies):
             prefix = prefix.numpy().decode("utf-8")
             if not prefix:
                 raise ValueError(
@@ -172,11 +178,12 @@ class RemoteTable(tfc.trackable_base.Trackable):
                     "tf.train.CheckpointManager.save called eagerly (not by SavedModel export or "
                     "a save inside tf.function)")
             self.restore(table_checkpoint.beside(prefix, tfc.current_restore_prefix()),
-                         table_checkpoint.decode_optimizer(optimizer.numpy().decode("utf-8")))
+                         table_checkpoint.decode_optimizer(optimizer.numpy().decode("utf-8")),
+                         int(applies.numpy()))
             return tf.constant(True)
 
-        prefix, optimizer = restored_tensors["shard_prefix"], restored_tensors["optimizer"]
+        args = [restored_tensors[k] for k in ("shard_prefix", "optimizer", "applies")]
         if tf.executing_eagerly():
-            restore(prefix, optimizer)
+            restore(*args)
             return None
-        return tf.py_function(restore, [prefix, optimizer], tf.bool)
+        return tf.py_function(restore, args, tf.bool)

@@ -98,6 +98,7 @@ else:
                 result[f"{damage}_error"] = f"{type(e).__name__}: {e}"
             result[f"{damage}_shard"] = os.path.join(bad, shard)
             result[f"rows_after_{damage}"] = rows()
+        strategy.extended.barrier()  # no worker restores the good files before all have read
     checkpoint.restore(latest).assert_existing_objects_matched()
     result["rows_saved"] = rows()
     result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
