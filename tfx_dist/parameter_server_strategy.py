@@ -62,7 +62,8 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
 
     def create_embedding_table(self, layer) -> RemoteTable:
         """The table of a `ShardedEmbedding` (called when the layer is built)."""
-        table = RemoteTable(layer, self._ps_client, table_id=len(self._tables))
+        table = RemoteTable(layer, self._ps_client, table_id=len(self._tables),
+                            is_chief=lambda: bool(self.should_checkpoint))
         self._tables.append(table)
         return table
 

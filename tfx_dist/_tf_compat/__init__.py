@@ -33,6 +33,7 @@ from tfx_dist._tf_compat.fields import (dataset_function_graphs, dataset_inputs,
                                         init_collective_extended, input_workers,
                                         run_independently, skip_partial_batch_check)
 from tfx_dist._tf_compat.patches import (check_partial_batches_locally,  # noqa: E402
+                                         current_checkpoint_prefix, current_restore_prefix,
                                          hand_over_dropped_iterators,
                                          read_one_element_per_replica, route_table_gradients)
 
@@ -43,6 +44,7 @@ __all__ = [
     "parameter_server_lib", "reduce_util", "trackable_base", "values_lib",
     "dataset_function_graphs", "dataset_inputs", "init_collective_extended", "input_workers",
     "run_independently", "skip_partial_batch_check",
-    "check_partial_batches_locally", "hand_over_dropped_iterators", "read_one_element_per_replica",
+    "check_partial_batches_locally", "current_checkpoint_prefix", "current_restore_prefix",
+    "hand_over_dropped_iterators", "read_one_element_per_replica",
     "route_table_gradients",
 ]

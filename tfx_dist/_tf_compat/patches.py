@@ -25,6 +25,15 @@ mark, and is installed (with the others) by the first call that needs one:
    the update rule to every variable) first lets a strategy whose extended
    has ``push_table_gradients`` take the gradients of the tables it holds
    (parameter servers apply their rule where the rows live).
+5. Checkpoint prefix (`current_checkpoint_prefix`, `current_restore_prefix`):
+   ``TrackableSaver.save`` and ``TrackableSaver.restore``
+   (``tensorflow/python/checkpoint/checkpoint.py``, the one path of
+   `tf.train.Checkpoint`'s write/save/read/restore and
+   `tf.train.CheckpointManager.save`) record the prefix they write or read
+   for the duration of the call, so that an object serialized into the
+   checkpoint (a parameter-server table, whose servers write their own
+   files) can put its files beside it and find them there again, wherever
+   the checkpoint was copied.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ def install() -> None:
         _install_local_partial_batch_check()
         _install_iterator_hand_over()
         _install_table_gradient_route()
+        _install_checkpoint_prefix()
         _installed = True
 
 
@@ -211,3 +221,67 @@ def _install_table_gradient_route() -> None:
         return original(self, grads, trainable_variables, learning_rate)
 
     keras_tf_optimizer.TFOptimizer._backend_update_step = _backend_update_step
+
+
+# -- 5. checkpoint prefix -----------------------------------------------------------------------
+
+_saving = threading.local()
+
+
+def current_checkpoint_prefix() -> str | None:
+    """The file prefix of the `tf.train.Checkpoint` save running in this thread, or None."""
+    install()
+    prefixes = getattr(_saving, "prefixes", None)
+    return prefixes[-1] if prefixes else None
+
+
+def current_restore_prefix() -> str | None:
+    """The file prefix of the `tf.train.Checkpoint` restore running in this thread, or None.
+
+    None also for a restoration deferred until an object is created (after
+    ``restore()`` returned).
+    """
+    install()
+    prefixes = getattr(_saving, "restoring", None)
+    return prefixes[-1] if prefixes else None
+
+
+def _as_prefix(file_prefix):
+    if isinstance(file_prefix, tf.Tensor):
+        file_prefix = file_prefix.numpy() if tf.executing_eagerly() else None
+    if isinstance(file_prefix, bytes):
+        file_prefix = file_prefix.decode("utf-8")
+    return file_prefix
+
+
+def _recording(stack_name, prefix, call):
+    stack = getattr(_saving, stack_name, None)
+    if stack is None:
+        stack = []
+        setattr(_saving, stack_name, stack)
+    stack.append(prefix)
+    try:
+        return call()
+    finally:
+        stack.pop()
+
+
+def _install_checkpoint_prefix() -> None:
+    from tensorflow.python.checkpoint import checkpoint as checkpoint_lib
+
+    saver = checkpoint_lib.TrackableSaver
+    original_save, original_restore = saver.save, saver.restore
+
+    def save(self, file_prefix, *args, **kwargs):
+        prefix = _as_prefix(file_prefix)
+        number = kwargs.get("checkpoint_number", args[0] if args else None)
+        if prefix is not None and number:  # as TrackableSaver.save names the files
+            prefix = f"{prefix}-{int(number)}"
+        return _recording("prefixes", prefix,
+                          lambda: original_save(self, file_prefix, *args, **kwargs))
+
+    def restore(self, save_path, *args, **kwargs):
+        return _recording("restoring", _as_prefix(save_path),
+                          lambda: original_restore(self, save_path, *args, **kwargs))
+
+    saver.save, saver.restore = save, restore

@@ -30,9 +30,9 @@ _SIGNATURES = {
                                      ctypes.c_float] + _err),
     "tfx_ps_step_done": (ctypes.c_int32, [ctypes.c_int64] + _err),
     "tfx_ps_steps": (ctypes.c_int64, [ctypes.c_int64]),
-    "tfx_ps_save": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p] + _err),
+    "tfx_ps_save": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p, _i64_p] + _err),
     "tfx_ps_restore": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p),
-                                        ctypes.c_int32] + _err),
+                                        ctypes.c_int32, ctypes.c_int64] + _err),
 }
 
 

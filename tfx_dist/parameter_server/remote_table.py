@@ -8,6 +8,18 @@ the anchor's gradient, with the current learning rate, to the optimizer's
 update step, where the strategy pushes it to the servers instead
 (`ParameterServerExtended.push_table_gradients`). Nothing of the table's
 size exists on a worker.
+
+Checkpoints: the table is a `Trackable` that `tf.train.Checkpoint` (and
+`tf.train.CheckpointManager`) saves like a variable, through TensorFlow's
+saveable API (``_serialize_to_tensors`` / ``_restore_from_tensors``). What it
+serializes is small: the prefix of the files its servers write (each server
+its own shard, in parallel; see `table_checkpoint`), the optimizer rule
+whose slots they hold and the servers' step count of that optimizer. On save, the chief asks the servers to write (the
+other workers, which save to temporary folders, record the prefix only); on
+restore, every worker asks them to read (idempotent: each server replaces its
+rows with the same ones). Being an ordinary saveable, it is restored when the
+checkpoint is restored after the model is built, and also later, when a
+model built after ``restore()`` creates the table (deferred restoration).
 """
 
 from __future__ import annotations
@@ -17,8 +29,9 @@ import ctypes
 import tensorflow as tf
 
 from tfx_dist import _ops
+from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
-from tfx_dist.parameter_server import _native
+from tfx_dist.parameter_server import _native, table_checkpoint
 
 # A dense shape for the anchor's gradient: the rows it names are ids, not
 # positions in a variable of that size (dynamic tables have no size).
@@ -29,11 +42,20 @@ def _ops_lib():
     return _ops.load_op_library("_ps_ops")
 
 
-class RemoteTable:
-    """The table of one `ShardedEmbedding` layer, sharded over the parameter servers."""
+class RemoteTable(tfc.trackable_base.Trackable):
+    """The table of one `ShardedEmbedding` layer, sharded over the parameter servers.
 
-    def __init__(self, layer, client_id: int, table_id: int):
+    Args:
+      layer: the `ShardedEmbedding` being built.
+      client_id: this worker's parameter-server client.
+      table_id: the table's id, the same on every worker.
+      is_chief: returns whether this worker writes checkpoints.
+    """
+
+    def __init__(self, layer, client_id: int, table_id: int, is_chief=lambda: True):
         self.name = layer.name
+        self.input_dim = layer.input_dim
+        self._is_chief = is_chief
         self.dim = layer.output_dim
         self.table_id = table_id
         self._client_id = client_id
@@ -77,6 +99,9 @@ class RemoteTable:
             rule = store.optimizer_from_keras(optimizer)
         except ValueError as e:
             raise ValueError(f"ShardedEmbedding '{self.name}' on parameter servers: {e}") from None
+        self._set_rule(rule)
+
+    def _set_rule(self, rule) -> None:
         if rule == self._optimizer:
             return
         err = _native.error_buffer()
@@ -94,3 +119,71 @@ class RemoteTable:
                                       tf.cast(gradient.values, tf.float32),
                                       tf.cast(learning_rate, tf.float32),
                                       client_id=self._client_id, table_id=self.table_id)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save(self, prefix: str) -> int:
+        """Has every server write its shard to ``prefix.shard-<s>-of-<S>`` (in parallel).
+
+        Returns the table's optimizer step count (Adam's), which the files do not hold.
+        """
+        for stale in table_checkpoint.existing_shards(prefix):  # another job size's files
+            tf.io.gfile.remove(stale)
+        applies = ctypes.c_int64(0)
+        err = _native.error_buffer()
+        _native.check(_native.lib().tfx_ps_save(self._client_id, self.table_id, prefix.encode(),
+                                                 ctypes.byref(applies), err, _native.ERR_LEN), err)
+        return applies.value
+
+    def restore(self, prefix: str, optimizer=None, applies: int = 0) -> None:
+        """Replaces the rows (and slots) on every server with those saved at ``prefix``.
+
+        The files may come from any number of servers. ``optimizer``: the store
+        rule the files' slots belong to (set on the servers first); ``applies``:
+        the step count `save` returned.
+
+        Raises:
+          FileNotFoundError: a shard file is missing (named); the table is unchanged.
+          ParameterServerError: a file is corrupt or does not fit the table (named).
+        """
+        paths = table_checkpoint.shard_files(prefix, self.name)
+        if optimizer is not None:
+            self._set_rule(optimizer)
+        encoded = [p.encode() for p in paths]
+        array = (ctypes.c_char_p * len(encoded))(*encoded)
+        err = _native.error_buffer()
+        _native.check(_native.lib().tfx_ps_restore(self._client_id, self.table_id, array, len(encoded),
+                                                    applies, err, _native.ERR_LEN), err)
+
+    def _serialize_to_tensors(self):
+        # TensorFlow also calls this outside saves (restoring asks for the
+        # tensors' names): only a save of tf.train.Checkpoint has a prefix.
+        checkpoint_prefix = tfc.current_checkpoint_prefix()
+        prefix, applies = "", 0
+        if checkpoint_prefix is not None:
+            prefix = table_checkpoint.table_prefix(checkpoint_prefix, self.name, self.table_id)
+            if self._is_chief():
+                applies = self.save(prefix)
+        with tf.device("/cpu:0"):
+            return {"shard_prefix": tf.constant(prefix), "applies": tf.constant(applies, tf.int64),
+                    "optimizer": tf.constant(table_checkpoint.encode_optimizer(self._optimizer))}
+
+    def _restore_from_tensors(self, restored_tensors):
+        def restore(prefix, optimizer, applies):
+            prefix = prefix.numpy().decode("utf-8")
+            if not prefix:
+                raise ValueError(
+                    f"ShardedEmbedding '{self.name}': this checkpoint holds no rows of the table on "
+                    "the parameter servers: they are saved by tf.train.Checkpoint's write/save or "
+                    "tf.train.CheckpointManager.save called eagerly (not by SavedModel export or "
+                    "a save inside tf.function)")
+            self.restore(table_checkpoint.beside(prefix, tfc.current_restore_prefix()),
+                         table_checkpoint.decode_optimizer(optimizer.numpy().decode("utf-8")),
+                         int(applies.numpy()))
+            return tf.constant(True)
+
+        args = [restored_tensors[k] for k in ("shard_prefix", "optimizer", "applies")]
+        if tf.executing_eagerly():
+            restore(*args)
+            return None
+        return tf.py_function(restore, args, tf.bool)

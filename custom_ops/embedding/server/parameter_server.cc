@@ -69,7 +69,7 @@ Status ParameterServer::Handle(int worker, uint16_t kind, const char* payload, s
     case kLookup: st = Lookup(worker, payload, len, reply); break;
     case kPush: st = Push(worker, payload, len); break;
     case kStepDone: st = StepDone(worker, payload, len); break;
-    case kSave: st = Save(worker, payload, len); break;
+    case kSave: st = Save(worker, payload, len, reply); break;
     case kRestore: st = Restore(worker, payload, len); break;
     case kSetOptimizer: st = SetOptimizer(worker, payload, len); break;
     default:
@@ -269,30 +269,43 @@ Status ParameterServer::SetOptimizer(int worker, const char* payload, size_t len
   return Status::Ok();
 }
 
-Status ParameterServer::Save(int worker, const char* payload, size_t len) {
+Status ParameterServer::Save(int worker, const char* payload, size_t len, const ReplyBuffer& reply) {
   Reader r(payload, len);
   int64_t table_id;
   std::string path;
   if (!r.Get(&table_id) || !r.GetString(&path) || !r.done()) return Malformed(kSave, worker);
   Status st;
   std::shared_ptr<embedding::TableShard> shard;
-  if (Find(table_id, &st, &shard) == nullptr) return st;
-  return embedding::SaveShard(*shard, path);
+  Table* table = Find(table_id, &st, &shard);
+  if (table == nullptr) return st;
+  TFX_EMB_RETURN_IF_ERROR(embedding::SaveShard(*shard, path));
+  int64_t applies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    applies = table->applies;
+  }
+  std::memcpy(reply(sizeof(applies)), &applies, sizeof(applies));
+  return Status::Ok();
 }
 
 Status ParameterServer::Restore(int worker, const char* payload, size_t len) {
   Reader r(payload, len);
-  int64_t table_id;
+  int64_t table_id, applies;
   uint32_t count;
-  if (!r.Get(&table_id) || !r.Get(&count) || count > 65536) return Malformed(kRestore, worker);
+  if (!r.Get(&table_id) || !r.Get(&applies) || applies < 0 || !r.Get(&count) || count > 65536)
+    return Malformed(kRestore, worker);
   std::vector<std::string> paths(count);
   for (std::string& p : paths)
     if (!r.GetString(&p)) return Malformed(kRestore, worker);
   if (!r.done()) return Malformed(kRestore, worker);
   Status st;
   std::shared_ptr<embedding::TableShard> shard;
-  if (Find(table_id, &st, &shard) == nullptr) return st;
-  return embedding::RestoreShard(shard.get(), paths);
+  Table* table = Find(table_id, &st, &shard);
+  if (table == nullptr) return st;
+  TFX_EMB_RETURN_IF_ERROR(embedding::RestoreShard(shard.get(), paths));
+  std::lock_guard<std::mutex> lock(mu_);
+  table->applies = applies;
+  return Status::Ok();
 }
 
 }  // namespace tfx::ps

@@ -58,7 +58,7 @@ class ParameterServer {
   embedding::Status Lookup(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
   embedding::Status Push(int worker, const char* payload, size_t len);
   embedding::Status StepDone(int worker, const char* payload, size_t len);
-  embedding::Status Save(int worker, const char* payload, size_t len);
+  embedding::Status Save(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
   embedding::Status Restore(int worker, const char* payload, size_t len);
   embedding::Status SetOptimizer(int worker, const char* payload, size_t len);
 

@@ -24,9 +24,12 @@
 //                 the model's optimizer is known (its first training step
 //                 is traced): slots are laid out for it; row values are kept.
 //   SAVE          table_id i64, path string: this shard's rows and slots.
-//   RESTORE       table_id i64, count u32, paths (strings): replaces this
-//                 shard's rows with its own rows from those files, written
-//                 by any number of shards.
+//                 -> applies i64: the optimizer steps the shard has taken
+//                 (Adam's step count), which the files do not hold.
+//   RESTORE       table_id i64, applies i64, count u32, paths (strings):
+//                 replaces this shard's rows with its own rows from those
+//                 files, written by any number of shards, and its step
+//                 count with applies.
 #pragma once
 
 #include <cstdint>

@@ -137,17 +137,18 @@ int64_t tfx_ps_steps(int64_t id) {
   return client ? client->steps() : -1;
 }
 
-int32_t tfx_ps_save(int64_t id, int64_t table_id, const char* prefix, char* err, int32_t err_len) {
+int32_t tfx_ps_save(int64_t id, int64_t table_id, const char* prefix, int64_t* applies, char* err,
+                    int32_t err_len) {
   auto client = Find(id);
   if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->Save(table_id, prefix), err, err_len);
+  return Report(client->Save(table_id, prefix, applies), err, err_len);
 }
 
-int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, int32_t n, char* err,
-                       int32_t err_len) {
+int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, int32_t n, int64_t applies,
+                       char* err, int32_t err_len) {
   auto client = Find(id);
   if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->Restore(table_id, std::vector<std::string>(paths, paths + n)), err, err_len);
+  return Report(client->Restore(table_id, std::vector<std::string>(paths, paths + n), applies), err, err_len);
 }
 
 }  // extern "C"

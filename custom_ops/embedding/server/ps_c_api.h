@@ -45,9 +45,14 @@ TFX_PS_API int32_t tfx_ps_push(int64_t id, int64_t table_id, const int64_t* ids,
 TFX_PS_API int32_t tfx_ps_step_done(int64_t id, char* err, int32_t err_len);
 /* Steps this worker has closed. */
 TFX_PS_API int64_t tfx_ps_steps(int64_t id);
-TFX_PS_API int32_t tfx_ps_save(int64_t id, int64_t table_id, const char* prefix, char* err, int32_t err_len);
-TFX_PS_API int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, int32_t n, char* err,
-                                  int32_t err_len);
+/* Every server writes its shard of the table to prefix.shard-<s>-of-<S>;
+ * *applies: the table's optimizer step count (the most of any server). */
+TFX_PS_API int32_t tfx_ps_save(int64_t id, int64_t table_id, const char* prefix, int64_t* applies, char* err,
+                               int32_t err_len);
+/* Every server restores its rows of the table from paths (the files of any
+ * number of shards) and sets the step count to applies. */
+TFX_PS_API int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, int32_t n,
+                                  int64_t applies, char* err, int32_t err_len);
 
 #ifdef __cplusplus
 }

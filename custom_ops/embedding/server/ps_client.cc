@@ -1,5 +1,6 @@
 #include "custom_ops/embedding/server/ps_client.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "custom_ops/comm/core/service/service_c_api.h"
@@ -165,7 +166,7 @@ Status PsClient::StepDone() {
   return Status::Ok();
 }
 
-Status PsClient::Save(int64_t table_id, const std::string& prefix) {
+Status PsClient::Save(int64_t table_id, const std::string& prefix, int64_t* applies) {
   std::vector<std::string> payloads(num_servers_);
   for (int s = 0; s < num_servers_; ++s) {
     Writer w;
@@ -173,12 +174,24 @@ Status PsClient::Save(int64_t table_id, const std::string& prefix) {
     w.PutString(prefix + ".shard-" + std::to_string(s) + "-of-" + std::to_string(num_servers_));
     payloads[s] = std::move(w.bytes());
   }
-  return CallAll(kSave, payloads);
+  std::vector<std::vector<char>> replies;
+  TFX_EMB_RETURN_IF_ERROR(CallAll(kSave, payloads, &replies));
+  *applies = 0;
+  for (int s = 0; s < num_servers_; ++s) {
+    int64_t n = 0;
+    if (replies[s].size() != sizeof(n))
+      return Status(Code::kInternal, "worker " + std::to_string(worker_) + ": parameter server " + std::to_string(s) +
+                                         " answered a save with " + std::to_string(replies[s].size()) + " bytes");
+    std::memcpy(&n, replies[s].data(), sizeof(n));
+    *applies = std::max(*applies, n);
+  }
+  return Status::Ok();
 }
 
-Status PsClient::Restore(int64_t table_id, const std::vector<std::string>& paths) {
+Status PsClient::Restore(int64_t table_id, const std::vector<std::string>& paths, int64_t applies) {
   Writer w;
   w.Put(table_id);
+  w.Put(applies);
   w.Put(static_cast<uint32_t>(paths.size()));
   for (const std::string& p : paths) w.PutString(p);
   return CallAll(kRestore, std::vector<std::string>(num_servers_, w.bytes()));

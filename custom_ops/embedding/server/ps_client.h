@@ -36,10 +36,12 @@ class PsClient {
                          float learning_rate);
   // Ends this worker's step if it pushed anything since the last one.
   embedding::Status StepDone();
-  // Each server writes its shard to prefix + ".shard-<s>-of-<S>".
-  embedding::Status Save(int64_t table_id, const std::string& prefix);
-  // Each server reads its rows from all of paths (written by any number of shards).
-  embedding::Status Restore(int64_t table_id, const std::vector<std::string>& paths);
+  // Each server writes its shard to prefix + ".shard-<s>-of-<S>"; *applies:
+  // the most optimizer steps a server's shard has taken.
+  embedding::Status Save(int64_t table_id, const std::string& prefix, int64_t* applies);
+  // Each server reads its rows from all of paths (written by any number of
+  // shards) and sets its step count to applies.
+  embedding::Status Restore(int64_t table_id, const std::vector<std::string>& paths, int64_t applies);
 
   int64_t steps() const { return steps_.load(); }
   int num_servers() const { return num_servers_; }

@@ -1,0 +1,108 @@
+"""Worker script: checkpoints of ShardedEmbedding tables on parameter servers.
+
+Environment: PHASE=save|restore, CKPT (a folder every task shares), EPOCHS
+(of training before the save), DYNAMIC=1 (a dynamic table fed hashed ids),
+OPTIMIZER (Keras class name), BAD_FILES=1 (restore phase: first try a copy of
+the checkpoint with a shard file missing, then one with a corrupt shard file,
+and report the errors and the rows after each).
+
+save: trains EPOCHS epochs, saves with tf.train.CheckpointManager (the chief
+to CKPT, the others to temporary folders), reports the rows, trains one more
+epoch and reports the rows again (the continuation to compare with); also
+tries Keras's save_weights, which refuses a table on servers.
+restore: builds the same model, restores CKPT, reports the rows, trains the
+same one more epoch, reports the rows. Any number of servers.
+"""
+import os
+import shutil
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfx_dist
+from tfx_dist import checkpointing
+from worker_lib import rank, report
+
+PHASE = os.environ["PHASE"]
+CKPT = os.environ["CKPT"]
+DYNAMIC = os.environ.get("DYNAMIC") == "1"
+ROWS, GLOBAL_BATCH = 40, 32
+
+rs = np.random.RandomState(0)
+ids = rs.randint(0, ROWS, (256, 3)).astype("int64")
+labels = ((ids[:, 0] % 2) == 0).astype("float32")[:, None]
+if DYNAMIC:
+    ids = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
+every_id = np.unique(ids)[:, None].repeat(3, axis=1)
+
+strategy = tfx_dist.ParameterServerStrategy()
+with strategy.scope():
+    inputs = keras.Input((3,), dtype="int64")
+    table = tfx_dist.layers.ShardedEmbedding(None if DYNAMIC else ROWS, 4, combiner="mean",
+                                             embeddings_initializer="uniform", name="items")
+    outputs = keras.layers.Dense(1, activation="sigmoid",
+                                 kernel_initializer=keras.initializers.GlorotUniform(seed=7))(table(inputs))
+    model = keras.Model(inputs, outputs)
+    optimizer = getattr(keras.optimizers, os.environ.get("OPTIMIZER", "Adagrad"))(0.5)
+    model.compile(optimizer, "binary_crossentropy")
+    optimizer.build(model.trainable_variables)
+checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+
+
+def rows():
+    return table(every_id).numpy().tolist()  # the mean of three copies of a row: the row
+
+
+def fit(epochs):
+    return model.fit(ids, labels, batch_size=GLOBAL_BATCH, epochs=epochs, shuffle=False,
+                     verbose=0).history["loss"]
+
+
+result = {}
+if PHASE == "save":
+    fit(int(os.environ.get("EPOCHS", "1")))
+    path = checkpointing.write_dirpath(CKPT, strategy)
+    manager = tf.train.CheckpointManager(checkpoint, path, max_to_keep=1)
+    result["saved"] = manager.save()
+    checkpointing.remove_temp_dirpath(CKPT, strategy)
+    result["rows_saved"] = rows()
+    result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
+    result["files"] = sorted(os.listdir(CKPT))
+    try:  # Keras's one-file save cannot hold the rows yet: a clear error, not a silent loss
+        model.save_weights(os.path.join(os.environ["WORKDIR"], f"w{rank()}.weights.h5"))
+        result["save_weights_error"] = None
+    except NotImplementedError as e:
+        result["save_weights_error"] = str(e)
+else:
+    latest = tf.train.latest_checkpoint(CKPT)
+    if os.environ.get("BAD_FILES") == "1":
+        result["rows_before"] = rows()
+        for damage in ("missing", "corrupt"):
+            bad = os.path.join(os.environ["WORKDIR"], f"bad_{damage}_{rank()}")
+            shutil.copytree(CKPT, bad)
+            prefix = os.path.join(bad, os.path.basename(latest))
+            shard = sorted(f for f in os.listdir(bad) if ".shard-0-of-" in f)[0]
+            if damage == "missing":
+                os.remove(os.path.join(bad, shard))
+            else:
+                with open(os.path.join(bad, shard), "r+b") as f:
+                    f.seek(-20, os.SEEK_END)
+                    byte = f.read(1)
+                    f.seek(-20, os.SEEK_END)
+                    f.write(bytes([byte[0] ^ 0xFF]))
+            try:
+                checkpoint.restore(prefix)
+                result[f"{damage}_error"] = None
+            except Exception as e:  # noqa: BLE001 - the test reads the message
+                result[f"{damage}_error"] = f"{type(e).__name__}: {e}"
+            result[f"{damage}_shard"] = os.path.join(bad, shard)
+            result[f"rows_after_{damage}"] = rows()
+        strategy.extended.barrier()  # no worker restores the good files before all have read
+    checkpoint.restore(latest).assert_existing_objects_matched()
+    result["rows_saved"] = rows()
+    result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
+fit(1)
+result["rows_continued"] = rows()
+result["dense_continued"] = [w.tolist() for w in model.layers[-1].get_weights()]
+report(result)

@@ -1,0 +1,91 @@
+"""Checkpoints of parameter-server tables on real processes: save with 2 servers, restore into 1 or 3.
+
+The save job (2 workers + 2 servers) trains, saves with tf.train.CheckpointManager,
+then trains one more epoch; a restore job with another number of servers must
+read the same rows and, training the same epoch, reach the same rows and dense
+weights (the servers' optimizer slots were restored too).
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from test_parameter_server import run_ps_job
+
+
+def _ok(results):
+    for r in results:
+        assert r.returncode == 0, r.describe()
+
+
+def _save(tmp_path, **env):
+    ckpt = str(tmp_path / "ckpt")
+    workers, servers = run_ps_job(tmp_path / "save", "ps_checkpoint.py",
+                                  env={"PHASE": "save", "CKPT": ckpt, **env})
+    _ok(workers + servers)
+    return ckpt, workers[0].result
+
+
+def _restore(tmp_path, ckpt, num_ps, **env):
+    workers, servers = run_ps_job(tmp_path / f"restore{num_ps}", "ps_checkpoint.py", num_ps=num_ps,
+                                  env={"PHASE": "restore", "CKPT": ckpt, **env})
+    _ok(workers + servers)
+    return [w.result for w in workers]
+
+
+def _same_training(saved, restored):
+    np.testing.assert_allclose(restored["rows_saved"], saved["rows_saved"], rtol=0, atol=0)
+    for a, b in zip(restored["dense_saved"], saved["dense_saved"]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=0)
+    np.testing.assert_allclose(restored["rows_continued"], saved["rows_continued"], rtol=1e-5, atol=1e-7)
+    for a, b in zip(restored["dense_continued"], saved["dense_continued"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    return _save(tmp_path_factory.mktemp("ps_ckpt"))
+
+
+def test_each_server_writes_its_shard_beside_the_checkpoint(saved):
+    ckpt, result = saved
+    files = result["files"]
+    shards = [f for f in files if ".shard-" in f]
+    assert sorted(s.rsplit(".shard-", 1)[1] for s in shards) == ["0-of-2", "1-of-2"], files
+    assert not any(f.startswith("workertemp") for f in files), files  # the other worker cleaned up
+    # Only the chief's save made the servers write: nothing in the temporary folders' names.
+    assert all(s.startswith(os.path.basename(result["saved"])) for s in shards), (shards, result["saved"])
+
+
+def test_keras_save_weights_refuses_a_table_on_servers(saved):
+    message = saved[1]["save_weights_error"]
+    assert message and "'items'" in message and "tf.train.Checkpoint" in message, message
+
+
+def test_restore_into_one_server_and_bad_files(tmp_path, saved):
+    ckpt, result = saved
+    workers = _restore(tmp_path, ckpt, num_ps=1, BAD_FILES="1")
+    for w in workers:
+        missing = w["missing_error"]
+        assert missing and "FileNotFoundError" in missing and w["missing_shard"] in missing, missing
+        corrupt = w["corrupt_error"]
+        assert corrupt and w["corrupt_shard"] in corrupt and "checksum" in corrupt, corrupt
+        # Neither bad restore changed the table.
+        assert w["rows_after_missing"] == w["rows_before"]
+        assert w["rows_after_corrupt"] == w["rows_before"]
+        _same_training(result, w)
+
+
+def test_restore_into_three_servers(tmp_path, saved):
+    ckpt, result = saved
+    for w in _restore(tmp_path, ckpt, num_ps=3):
+        _same_training(result, w)
+
+
+def test_dynamic_table_trained_by_adam_restores_into_one_server(tmp_path):
+    """Adam: its slots and the servers' step count (bias correction) must be restored too."""
+    env = {"DYNAMIC": "1", "OPTIMIZER": "Adam"}
+    ckpt, result = _save(tmp_path, **env)
+    for w in _restore(tmp_path, ckpt, num_ps=1, **env):
+        _same_training(result, w)
