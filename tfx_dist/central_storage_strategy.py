@@ -7,9 +7,10 @@ import tensorflow as tf
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.cross_device_ops import FusedAllReduce
 from tfx_dist.input.strategy_input import StrategyInput
+from tfx_dist.uneven_batches import ReplicaLossShares
 
 
-class _CentralStorageExtended(StrategyInput,
+class _CentralStorageExtended(ReplicaLossShares, StrategyInput,
                               tfc.parameter_server_lib.ParameterServerStrategyExtended):
     """TensorFlow's extension, reducing onto the parameter device with our op.
 
@@ -30,7 +31,8 @@ class _CentralStorageExtended(StrategyInput,
       ``R * total + sum(x)`` at each update, so `evaluate` and the `fit`
       history reported wrong loss and metrics (TensorFlow's own strategy too).
 
-    Input as every tfx_dist strategy adopts it (see tfx_dist.input).
+    Input as every tfx_dist strategy adopts it (see tfx_dist.input); uneven
+    batches as on one device (see tfx_dist.uneven_batches).
     """
 
     def __init__(self, container_strategy, compute_devices, parameter_device, bucket_bytes):
@@ -104,6 +106,7 @@ class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):
         # TensorFlow's __init__ only builds its own extended object: build ours.
         tfc.distribute_lib.Strategy.__init__(self, _CentralStorageExtended(
             self, compute_devices, parameter_device, fusion_bucket_bytes))
+        tfc.build_from_first_replica(type(self))
 
     @property
     def parameter_device(self) -> str:

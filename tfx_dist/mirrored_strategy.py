@@ -7,15 +7,18 @@ import tensorflow as tf
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.cross_device_ops import FusedAllReduce
 from tfx_dist.input.strategy_input import StrategyInput
+from tfx_dist.uneven_batches import ReplicaLossShares
 
 
-class _FusedMirroredExtended(StrategyInput, tfc.mirrored_strategy.MirroredExtended):
+class _FusedMirroredExtended(ReplicaLossShares, StrategyInput,
+                             tfc.mirrored_strategy.MirroredExtended):
     """TensorFlow's MirroredExtended, but int32 values too go through our op.
 
     TensorFlow sends int32 values to ReductionToOneDevice because NCCL has no
     int32 path; the fused op has one. Under XLA (no merge call) TensorFlow's
     collectives stay in charge: the fused op has no XLA kernel. Input as
-    every tfx_dist strategy adopts it (see tfx_dist.input).
+    every tfx_dist strategy adopts it (see tfx_dist.input); uneven batches
+    as on one device (see tfx_dist.uneven_batches).
     """
 
     def _get_cross_device_ops(self, value):
@@ -57,3 +60,4 @@ class MirroredStrategy(tf.distribute.MirroredStrategy):
         # TensorFlow's __init__ only builds its own extended object: build ours.
         tfc.distribute_lib.Strategy.__init__(
             self, _FusedMirroredExtended(self, devices=devices, cross_device_ops=cross_device_ops))
+        tfc.build_from_first_replica(type(self))

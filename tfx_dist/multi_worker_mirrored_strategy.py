@@ -43,6 +43,7 @@ from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # no
 from tfx_dist.input import input_balance
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
+from tfx_dist.uneven_batches import ReplicaLossShares
 
 
 class _SingleProcessTransport:
@@ -79,7 +80,7 @@ def _cluster_resolver_for(info: cluster_lib.ClusterInfo):
         rpc_layer=info.rpc_layer)
 
 
-class MultiWorkerMirroredExtended(StrategyInput,
+class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
                                   tfc.collective_all_reduce_strategy.CollectiveAllReduceExtended):
     """The `tf.distribute.StrategyExtended` of `MultiWorkerMirroredStrategy`.
 
@@ -87,7 +88,9 @@ class MultiWorkerMirroredExtended(StrategyInput,
     batches), variable mirroring and replica bookkeeping, and replaces every
     reduction, gather and initial-value broadcast with `CrossWorkerOps`. It
     skips the input pipeline's per-step "has data" all-reduce where no worker
-    can run out first (`input_balance`).
+    can run out first (`input_balance`). Uneven batches as on one device
+    (`tfx_dist.uneven_batches`): each step sums the workers' rows in one small
+    all-reduce.
     """
 
     def __init__(self, container_strategy, cluster_resolver=None, communication_options=None,
@@ -192,6 +195,13 @@ class MultiWorkerMirroredExtended(StrategyInput,
 
         return initial_value_fn
 
+    def _global_rows(self, local_rows):
+        if self._num_workers == 1:
+            return local_rows
+        (total,) = self._cross_device_ops._cross_all_reduce(  # pylint: disable=protected-access
+            [tf.reshape(local_rows, [1])])
+        return tf.reshape(total, [])
+
     # -- reductions ----------------------------------------------------------------------------
 
     def _reduce_to(self, reduce_op, value, destinations, options):
@@ -287,6 +297,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
             self, cluster_resolver=cluster_resolver,
             communication_options=communication_options, devices=devices,
             transport=transport, timeout_s=timeout_s))
+        tfc.build_from_first_replica(type(self))
 
     def reduce(self, reduce_op, value, axis):
         """`tf.distribute.Strategy.reduce`, also for nests and scalars.

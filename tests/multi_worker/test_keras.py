@@ -76,3 +76,16 @@ def test_three_workers_two_devices_each(tmp_path, reference):
     _assert_same_weights(results)
     for r in results:
         _assert_matches_reference(r, reference)
+
+
+def test_uneven_batches_match_one_process(tmp_path):
+    # A global batch of 10 over 2 workers of 2 replicas each: 3/2 rows per
+    # worker's replicas, and partial last batches (288 and 96 examples).
+    env = {"INPUT": "numpy", "GLOBAL_BATCH": "10"}
+    (reference,) = _run(tmp_path / "ref", "keras_train.py", 1, {**env, "MODE": "reference"})
+    results = _run(tmp_path / "multi", "keras_train.py", 2,
+                   {**env, "MODE": "multi", "LOCAL_DEVICES": 2}, timeout_s=240)
+    assert [r["num_replicas"] for r in results] == [4, 4]
+    _assert_same_weights(results)
+    for r in results:
+        _assert_matches_reference(r, reference, rtol=1e-5, atol=1e-6)

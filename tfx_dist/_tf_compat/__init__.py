@@ -10,7 +10,7 @@ objects. A TensorFlow upgrade touches this package only:
 * `imports`: the private modules tfx_dist subclasses and calls.
 * `fields`: private fields of TensorFlow objects, read or set by functions
   named for what they do.
-* `patches`: the functions of TensorFlow replaced at run time, installed once.
+* `patches`: the functions of TensorFlow and Keras replaced at run time, installed once.
 * `keras_callbacks`: Keras's file-writing callbacks pointed at per-worker
   folders on workers other than the chief (wraps Keras's private
   ``CallbackList``; installed once by the multi-worker strategy).
@@ -32,10 +32,12 @@ from tfx_dist._tf_compat.imports import (collective_all_reduce_strategy,  # noqa
 from tfx_dist._tf_compat.fields import (dataset_function_graphs, dataset_inputs,  # noqa: E402
                                         init_collective_extended, input_workers,
                                         run_independently, skip_partial_batch_check)
-from tfx_dist._tf_compat.patches import (check_partial_batches_locally,  # noqa: E402
+from tfx_dist._tf_compat.patches import (build_from_first_replica,  # noqa: E402
+                                         check_partial_batches_locally,
                                          current_checkpoint_prefix, current_restore_prefix,
                                          hand_over_dropped_iterators,
-                                         read_one_element_per_replica, route_table_gradients)
+                                         read_one_element_per_replica, replica_loss_share,
+                                         route_table_gradients)
 
 __all__ = [
     "SUPPORTED_KERAS", "SUPPORTED_TENSORFLOW", "check_versions",
@@ -44,7 +46,7 @@ __all__ = [
     "parameter_server_lib", "reduce_util", "trackable_base", "values_lib",
     "dataset_function_graphs", "dataset_inputs", "init_collective_extended", "input_workers",
     "run_independently", "skip_partial_batch_check",
-    "check_partial_batches_locally", "current_checkpoint_prefix", "current_restore_prefix",
-    "hand_over_dropped_iterators", "read_one_element_per_replica",
-    "route_table_gradients",
+    "build_from_first_replica", "check_partial_batches_locally", "current_checkpoint_prefix",
+    "current_restore_prefix", "hand_over_dropped_iterators", "read_one_element_per_replica",
+    "replica_loss_share", "route_table_gradients",
 ]

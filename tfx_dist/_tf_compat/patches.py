@@ -1,4 +1,4 @@
-"""The functions of TensorFlow that tfx_dist replaces at run time, installed once.
+"""The functions of TensorFlow and Keras that tfx_dist replaces at run time, installed once.
 
 Each replacement keeps TensorFlow's behaviour for every object tfx_dist did not
 mark, and is installed (with the others) by the first call that needs one:
@@ -34,6 +34,22 @@ mark, and is installed (with the others) by the first call that needs one:
    checkpoint (a parameter-server table, whose servers write their own
    files) can put its files beside it and find them there again, wherever
    the checkpoint was copied.
+6. Keras's model build from the first batch (`build_from_first_replica`):
+   ``TensorFlowTrainer._maybe_symbolic_build`` averages the first batch's
+   per-replica values element-wise (``strategy.reduce("MEAN", batch,
+   axis=None)``) only to learn shapes and dtypes, which fails when a global
+   batch splits unevenly (3/3/3/1 rows). For the registered strategy classes
+   it builds from the first replica's values instead: the same shapes when the
+   split is even, and the largest slice when not (TensorFlow deals the extra
+   rows to the first replicas).
+7. Loss scaling by the replica's share (`replica_loss_share`): Keras's
+   ``scale_loss_for_distribution`` (``keras.src.losses.loss``) multiplies a
+   replica's mean loss by ``1 / num_replicas_in_sync`` and
+   ``unscale_loss_for_distribution`` undoes it. Inside a `replica_loss_share`
+   block they multiply and divide by that share instead (this replica's rows
+   over the global batch's), so the summed gradients are the single-device
+   gradient of the global batch, even when the replicas hold different
+   numbers of rows; outside one, Keras's own functions run.
 """
 
 from __future__ import annotations
@@ -64,6 +80,8 @@ def install() -> None:
         _install_iterator_hand_over()
         _install_table_gradient_route()
         _install_checkpoint_prefix()
+        _install_keras_build_from_first_replica()
+        _install_keras_loss_share()
         _installed = True
 
 
@@ -285,3 +303,83 @@ def _install_checkpoint_prefix() -> None:
                           lambda: original_restore(self, save_path, *args, **kwargs))
 
     saver.save, saver.restore = save, restore
+
+# -- 6. Keras's model build from the first replica's values -------------------------------------
+
+_first_replica_build_classes: set[type] = set()
+
+
+def build_from_first_replica(strategy_class) -> None:
+    """Makes Keras build models of ``strategy_class`` from the first replica's slice of the
+    first batch, not from its element-wise mean over replicas. Idempotent."""
+    install()
+    _first_replica_build_classes.add(strategy_class)
+
+
+def _install_keras_build_from_first_replica() -> None:
+    from keras.src.backend.tensorflow import trainer  # pylint: disable=import-outside-toplevel
+
+    maybe_symbolic_build = trainer.TensorFlowTrainer._maybe_symbolic_build  # pylint: disable=protected-access
+
+    def build_from_first_replica_values(self, iterator=None, data_batch=None):
+        strategy = self._distribute_strategy  # pylint: disable=protected-access
+        if (iterator is None or data_batch is not None
+                or not isinstance(strategy, tuple(_first_replica_build_classes))):
+            return maybe_symbolic_build(self, iterator=iterator, data_batch=data_batch)
+        for _, _, it in iterator:  # as Keras reads the first batch
+            data_batch = tf.nest.map_structure(
+                lambda v: (strategy.experimental_local_results(v)[0]
+                           if isinstance(v, tf.distribute.DistributedValues) else v),
+                next(it))
+            break
+        return maybe_symbolic_build(self, iterator=None, data_batch=data_batch)
+
+    trainer.TensorFlowTrainer._maybe_symbolic_build = build_from_first_replica_values  # pylint: disable=protected-access
+
+
+# -- 7. loss scaling by the replica's share of the global batch ---------------------------------
+
+_loss_share = threading.local()  # per replica thread: this replica's share, a scalar tensor
+
+
+class replica_loss_share:  # pylint: disable=invalid-name
+    """Within the block (in one replica's thread), Keras scales losses by ``share``.
+
+    ``share``: a float32 scalar tensor, this replica's rows over the global
+    batch's rows (0 for a replica without rows).
+    """
+
+    def __init__(self, share):
+        install()
+        self._share = share
+
+    def __enter__(self):
+        self._outer = getattr(_loss_share, "share", None)
+        _loss_share.share = self._share
+
+    def __exit__(self, *exc):
+        _loss_share.share = self._outer
+
+
+def _install_keras_loss_share() -> None:
+    from keras.src import ops  # pylint: disable=import-outside-toplevel
+    from keras.src.losses import loss as loss_module  # pylint: disable=import-outside-toplevel
+
+    scale = loss_module.scale_loss_for_distribution
+    unscale = loss_module.unscale_loss_for_distribution
+
+    def scale_by_share(value):
+        share = getattr(_loss_share, "share", None)
+        if share is None:
+            return scale(value)
+        return ops.multiply(value, ops.cast(share, value.dtype))
+
+    def unscale_by_share(value):
+        share = getattr(_loss_share, "share", None)
+        if share is None:
+            return unscale(value)
+        # A replica without rows has a zero loss, counted with weight 0.
+        return ops.divide_no_nan(value, ops.cast(share, value.dtype))
+
+    loss_module.scale_loss_for_distribution = scale_by_share
+    loss_module.unscale_loss_for_distribution = unscale_by_share

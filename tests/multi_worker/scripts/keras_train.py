@@ -2,7 +2,7 @@
 
 Environment: MODE=multi|reference (reference: one process, no strategy, same
 global batch), INPUT=numpy|dataset|from_function, LOCAL_DEVICES (logical CPUs
-per worker), EPOCHS, STEPS_PER_EXECUTION.
+per worker), EPOCHS, STEPS_PER_EXECUTION, GLOBAL_BATCH (default 48).
 """
 import os
 
@@ -21,7 +21,7 @@ from worker_lib import make_strategy, regression_data, report  # noqa: E402
 MODE = os.environ.get("MODE", "multi")
 INPUT = os.environ.get("INPUT", "numpy")
 EPOCHS = int(os.environ.get("EPOCHS", "2"))
-GLOBAL_BATCH = 48
+GLOBAL_BATCH = int(os.environ.get("GLOBAL_BATCH", "48"))
 
 x, y = regression_data(n=288)
 x_val, y_val = x[:96], y[:96]
