@@ -57,7 +57,9 @@ void RingSegment(size_t count, int size, int i, size_t* first, size_t* elems);
 inline int OwnedSegment(int rank, int size) { return (rank + 1) % size; }
 
 // The pieces that bytes [begin, begin + bytes) of the concatenation of
-// `pieces` cover, each reduced in place (in = out = the slice's `out`).
+// `pieces` cover (SubPieces), each reduced in place (OutSlices: in = out =
+// the slice's `out`).
+std::vector<Piece> SubPieces(const std::vector<Piece>& pieces, size_t begin, size_t bytes);
 std::vector<Piece> OutSlices(const std::vector<Piece>& pieces, size_t begin, size_t bytes);
 
 // Hierarchical all-reduce (hierarchical_allreduce.cc): `local` is the ring of

@@ -64,7 +64,7 @@ void RingSegment(size_t count, int size, int i, size_t* first, size_t* elems) {
   *first = k * (count / n) + std::min(k, count % n);
 }
 
-std::vector<Piece> OutSlices(const std::vector<Piece>& pieces, size_t begin, size_t bytes) {
+std::vector<Piece> SubPieces(const std::vector<Piece>& pieces, size_t begin, size_t bytes) {
   std::vector<size_t> starts(pieces.size());
   size_t total = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -73,7 +73,13 @@ std::vector<Piece> OutSlices(const std::vector<Piece>& pieces, size_t begin, siz
   }
   std::vector<Piece> out;
   for (const Slice& sl : SlicesOf(pieces, starts, begin, bytes))
-    out.push_back({sl.piece->out + sl.offset, sl.piece->out + sl.offset, sl.bytes});
+    out.push_back({sl.piece->in + sl.offset, sl.piece->out + sl.offset, sl.bytes});
+  return out;
+}
+
+std::vector<Piece> OutSlices(const std::vector<Piece>& pieces, size_t begin, size_t bytes) {
+  std::vector<Piece> out = SubPieces(pieces, begin, bytes);
+  for (Piece& p : out) p.in = p.out;
   return out;
 }
 
