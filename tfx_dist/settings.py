@@ -62,7 +62,7 @@ SETTINGS = {
                 "Seconds any wait of the collective runtime (rendezvous, negotiation, "
                 "one collective) may take before failing with an error naming the peer."),
         # The runtime's options (TFX_TIMEOUT_S, TFX_COMM_FUSION_BYTES,
-        # TFX_CYCLE_TIME_MS, TFX_SHM, TFX_CHUNK_BYTES) have their defaults here
+        # TFX_CYCLE_TIME_MS, TFX_SHM, TFX_CHUNK_BYTES, TFX_HIERARCHICAL) have their defaults here
         # only: tfx_dist.comm passes every one to the C API explicitly, since
         # these are the ones users read (README table) and override.
         Setting("TFX_COMM_FUSION_BYTES", 64 << 20, int,
@@ -90,6 +90,13 @@ SETTINGS = {
                 "pipeline with prefetch and autotuning threads per device, there only to "
                 "move elements to the memory they are already in); `off` keeps the "
                 "multi-device iterator."),
+        Setting("TFX_HIERARCHICAL", "auto", _choice("auto", "on", "off"),
+                "Cross-process all-reduce through hosts: reduce within each host "
+                "(shared memory), run the ring between hosts (local rank i of every "
+                "host over 1/L of the buffer), then share the result within each host. "
+                "`auto` does when there are two hosts or more and one has several "
+                "processes; `on` whenever there is more than one process; `off` keeps "
+                "the flat ring (whose order follows the hosts in every mode)."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, int,
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),

@@ -137,6 +137,7 @@ def test_the_library_matches_the_python_bindings_and_settings():
     assert d.cycle_time_ms == settings.SETTINGS["TFX_CYCLE_TIME_MS"].default
     assert bool(d.use_shm) == settings.SETTINGS["TFX_SHM"].default
     assert d.chunk_bytes == settings.SETTINGS["TFX_CHUNK_BYTES"].default
+    assert d.hierarchical == _native.HIERARCHICAL[settings.SETTINGS["TFX_HIERARCHICAL"].default]
     assert so.tfx_comm_abi_value(b"TFX_OP_ALLGATHER") == _native.OP_ALLGATHER
 
 

@@ -85,6 +85,9 @@ class Communicator:
       compression: ``"none"``, ``"float16"`` or ``"bfloat16"``: the wire format
         of float32 all-reduces; defaults to ``TFX_COMPRESSION``.
       shm: use shared memory between same-host ranks; defaults to ``TFX_SHM``.
+      hierarchical: ``"auto"``, ``"on"`` or ``"off"``: all-reduce within
+        hosts, across them, within them again (see
+        :meth:`allreduce_algorithm`); defaults to ``TFX_HIERARCHICAL``.
 
     Raises:
       ValueError: bad arguments, or no secret with ``size > 1``.
@@ -94,7 +97,7 @@ class Communicator:
 
     def __init__(self, rank: int, size: int, addresses: list[str], secret: bytes | str | None = None,
                  timeout_s: float | None = None, fusion_bucket_bytes=None, cycle_time_ms=None,
-                 compression=None, shm: bool | None = None):
+                 compression=None, shm: bool | None = None, hierarchical: str | None = None):
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"Expected 0 <= rank < size. Received: rank={rank}, size={size}")
         if len(addresses) != size:
@@ -106,6 +109,10 @@ class Communicator:
         if self.compression not in _native.COMPRESSIONS:
             raise ValueError(f"Expected compression to be one of {sorted(_native.COMPRESSIONS)}. "
                              f"Received: compression={self.compression!r}")
+        self.hierarchical = str(settings.get("TFX_HIERARCHICAL", hierarchical))
+        if self.hierarchical not in _native.HIERARCHICAL:
+            raise ValueError(f"Expected hierarchical to be one of {sorted(_native.HIERARCHICAL)}. "
+                             f"Received: hierarchical={self.hierarchical!r}")
         if secret is None:
             secret = settings.get("TFX_JOB_SECRET") or None
         if isinstance(secret, str):
@@ -117,7 +124,8 @@ class Communicator:
             bucket_bytes=int(settings.get("TFX_COMM_FUSION_BYTES", fusion_bucket_bytes)),
             cycle_time_ms=float(settings.get("TFX_CYCLE_TIME_MS", cycle_time_ms)),
             use_shm=int(bool(settings.get("TFX_SHM", shm))),
-            chunk_bytes=int(settings.get("TFX_CHUNK_BYTES")))
+            chunk_bytes=int(settings.get("TFX_CHUNK_BYTES")),
+            hierarchical=_native.HIERARCHICAL[self.hierarchical])
         lib = _native.lib()
         if size > 1:
             conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s)
@@ -143,16 +151,28 @@ class Communicator:
         _native.lib().tfx_comm_transport(self.handle, peer, out, 16)
         return out.value.decode()
 
+    def allreduce_algorithm(self) -> str:
+        """How this communicator all-reduces, the same on every rank:
+        ``"hierarchical striped (2 hosts x 2 ranks)"`` (within hosts, across
+        them, within them again; ``leaders`` where hosts have different
+        numbers of ranks) or ``"ring (1 host x 4 ranks)"`` (see
+        ``TFX_HIERARCHICAL``)."""
+        out = ctypes.create_string_buffer(128)
+        _native.lib().tfx_comm_allreduce_algorithm(self.handle, out, 128)
+        return out.value.decode()
+
     def stats(self) -> dict:
         """Counters since creation: collectives executed (a fused bucket counts
         once), all-reduce buckets, tensors in them, bytes all-reduced; and,
         summed over collectives, seconds from the first tensor's submission
         until this rank could run it (``waiting_s``: the other ranks' arrival
-        and the negotiation) and seconds running it (``running_s``)."""
-        out = (ctypes.c_int64 * 6)()
-        _native.lib().tfx_comm_stats(self.handle, out, 6)
+        and the negotiation) and seconds running it (``running_s``); all-reduce
+        buckets run hierarchically (``hierarchical_buckets``)."""
+        out = (ctypes.c_int64 * 7)()
+        _native.lib().tfx_comm_stats(self.handle, out, 7)
         return {"collectives": out[0], "allreduce_buckets": out[1], "allreduce_tensors": out[2],
-                "allreduce_bytes": out[3], "waiting_s": out[4] / 1e9, "running_s": out[5] / 1e9}
+                "allreduce_bytes": out[3], "waiting_s": out[4] / 1e9, "running_s": out[5] / 1e9,
+                "hierarchical_buckets": out[6]}
 
     def _run(self, entries: list) -> tuple[int, int]:
         if self._closed:

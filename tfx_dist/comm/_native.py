@@ -23,6 +23,7 @@ OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST = 1, 2, 3
 REDUCTIONS = {"sum": 0, "mean": 1, "min": 2, "max": 3}
 COMPRESSIONS = {"none": 0, "float16": 1, "bfloat16": 2}
 DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "int64": 6, "uint8": 7}
+HIERARCHICAL = {"off": 0, "on": 1, "auto": 2}
 STATUS = {"OK": 0, "INVALID_ARGUMENT": 1, "TIMEOUT": 2, "CONNECTION_CLOSED": 3, "PROTOCOL": 4,
           "MISMATCH": 5, "INTERNAL": 6, "ABORTED": 7}
 ERR_LEN = 4096
@@ -37,6 +38,7 @@ def _abi_names() -> dict:
     names.update({f"TFX_COMPRESSION_{k.upper()}": v for k, v in COMPRESSIONS.items()})
     names.update({f"TFX_DTYPE_{k.upper()}": v for k, v in DTYPES.items()})
     names.update({f"TFX_STATUS_{k}": v for k, v in STATUS.items()})
+    names.update({f"TFX_HIERARCHICAL_{k.upper()}": v for k, v in HIERARCHICAL.items()})
     return names
 
 
@@ -55,7 +57,7 @@ def check_abi(so) -> None:
 class Options(ctypes.Structure):
     _fields_ = [("timeout_s", ctypes.c_double), ("bucket_bytes", ctypes.c_int64),
                 ("cycle_time_ms", ctypes.c_double), ("use_shm", ctypes.c_int32),
-                ("chunk_bytes", ctypes.c_int64)]
+                ("chunk_bytes", ctypes.c_int64), ("hierarchical", ctypes.c_int32)]
 
 
 class Entry(ctypes.Structure):
@@ -115,6 +117,7 @@ def lib() -> ctypes.CDLL:
                                 ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
                                 ctypes.c_char_p, ctypes.c_int32]
     so.tfx_comm_free.argtypes = [ctypes.c_void_p]
+    so.tfx_comm_allreduce_algorithm.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]
     so.tfx_comm_stats.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
     so.tfx_comm_default_options.restype = Options
     so.tfx_comm_default_options.argtypes = []

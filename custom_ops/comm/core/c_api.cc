@@ -44,6 +44,9 @@ TFX_SAME(Code::kProtocol, TFX_STATUS_PROTOCOL);
 TFX_SAME(Code::kMismatch, TFX_STATUS_MISMATCH);
 TFX_SAME(Code::kInternal, TFX_STATUS_INTERNAL);
 TFX_SAME(Code::kAborted, TFX_STATUS_ABORTED);
+TFX_SAME(Hierarchical::kOff, TFX_HIERARCHICAL_OFF);
+TFX_SAME(Hierarchical::kOn, TFX_HIERARCHICAL_ON);
+TFX_SAME(Hierarchical::kAuto, TFX_HIERARCHICAL_AUTO);
 #undef TFX_SAME
 
 namespace {
@@ -64,7 +67,8 @@ const struct {
     TFX_ABI(TFX_OP_ALLGATHER), TFX_ABI(TFX_OP_BROADCAST), TFX_ABI(TFX_STATUS_OK),
     TFX_ABI(TFX_STATUS_INVALID_ARGUMENT), TFX_ABI(TFX_STATUS_TIMEOUT),
     TFX_ABI(TFX_STATUS_CONNECTION_CLOSED), TFX_ABI(TFX_STATUS_PROTOCOL), TFX_ABI(TFX_STATUS_MISMATCH),
-    TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED),
+    TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED), TFX_ABI(TFX_HIERARCHICAL_OFF),
+    TFX_ABI(TFX_HIERARCHICAL_ON), TFX_ABI(TFX_HIERARCHICAL_AUTO),
 };
 #undef TFX_ABI
 
@@ -159,6 +163,9 @@ void* WaiterAlloc(void* arg, int64_t dim0) {
 
 // The options as the core takes them; an error for values it cannot run with.
 Status ToOptions(const tfx_comm_options& in, tfx::comm::CommunicatorOptions* out) {
+  if (in.hierarchical < TFX_HIERARCHICAL_OFF || in.hierarchical > TFX_HIERARCHICAL_AUTO)
+    return Status(Code::kInvalidArgument, "tfx_dist: invalid communicator option hierarchical " +
+                                              std::to_string(in.hierarchical) + ": want 0 (off), 1 (on) or 2 (auto)");
   if (!(in.timeout_s > 0) || in.bucket_bytes < 0 || !(in.cycle_time_ms >= 0) || in.chunk_bytes <= 0)
     return Status(Code::kInvalidArgument,
                   "tfx_dist: invalid communicator options (timeout_s " + std::to_string(in.timeout_s) +
@@ -170,6 +177,7 @@ Status ToOptions(const tfx_comm_options& in, tfx::comm::CommunicatorOptions* out
   out->cycle_time_ms = in.cycle_time_ms;
   out->use_shm = in.use_shm != 0;
   out->chunk_bytes = static_cast<size_t>(in.chunk_bytes);
+  out->hierarchical = static_cast<tfx::comm::Hierarchical>(in.hierarchical);
   return Status::Ok();
 }
 
@@ -185,6 +193,7 @@ tfx_comm_options tfx_comm_default_options(void) {
   o.cycle_time_ms = d.cycle_time_ms;
   o.use_shm = d.use_shm ? 1 : 0;
   o.chunk_bytes = static_cast<int64_t>(d.chunk_bytes);
+  o.hierarchical = static_cast<int32_t>(d.hierarchical);
   return o;
 }
 
@@ -251,9 +260,17 @@ int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n) {
   const auto& st = comm->stats();
   const int64_t values[] = {st.responses.load(),       st.allreduce_buckets.load(),
                             st.fused_entries.load(),     st.allreduce_bytes.load(),
-                            st.waiting_ns.load(),        st.running_ns.load()};
+                            st.waiting_ns.load(),        st.running_ns.load(),
+                            st.hierarchical_buckets.load()};
   const int32_t count = static_cast<int32_t>(sizeof(values) / sizeof(values[0]));
   for (int32_t i = 0; i < n && i < count; ++i) out[i] = values[i];
+  return 0;
+}
+
+int32_t tfx_comm_allreduce_algorithm(int64_t id, char* out, int32_t out_len) {
+  auto comm = Find(id);
+  if (!comm) return static_cast<int32_t>(Code::kInvalidArgument);
+  CopyError(comm->allreduce_algorithm(), out, out_len);
   return 0;
 }
 

@@ -52,6 +52,11 @@ enum {
   TFX_STATUS_ABORTED = 7 /* the communicator is broken by an earlier error, or closed */
 };
 
+/* TFX_HIERARCHICAL: all-reduce within hosts, across them, within them again
+ * (core/topology.h); auto: when there are two hosts or more and one has two
+ * ranks or more. */
+enum { TFX_HIERARCHICAL_OFF = 0, TFX_HIERARCHICAL_ON = 1, TFX_HIERARCHICAL_AUTO = 2 };
+
 /* Every field is used as given: start from tfx_comm_default_options(). */
 typedef struct {
   double timeout_s;      /* bound on every wait */
@@ -59,6 +64,7 @@ typedef struct {
   double cycle_time_ms;  /* minimum time between negotiation cycles */
   int32_t use_shm;       /* shared memory between same-host ranks */
   int64_t chunk_bytes;   /* ring pipelining granularity */
+  int32_t hierarchical;  /* a TFX_HIERARCHICAL_ code */
 } tfx_comm_options;
 
 /* The runtime's defaults, for C callers (the C++ tests). Python passes every
@@ -104,8 +110,13 @@ TFX_API int32_t tfx_comm_destroy(int64_t id);
 TFX_API int32_t tfx_comm_transport(int64_t id, int32_t peer, char* out, int32_t out_len);
 /* Counters: out[0] collectives executed, [1] all-reduce buckets, [2] tensors
  * in them, [3] bytes all-reduced, [4] ns from submission to running, [5] ns
- * running, summed over collectives. Writes min(n, 6) values. */
+ * running, summed over collectives, [6] all-reduce buckets run
+ * hierarchically. Writes min(n, 7) values. */
 TFX_API int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n);
+/* How this communicator all-reduces, into out: "hierarchical striped (2 hosts
+ * x 2 ranks)", "hierarchical leaders (2 hosts of 2+3 ranks)" or
+ * "ring (1 host x 4 ranks)". The same on every rank. */
+TFX_API int32_t tfx_comm_allreduce_algorithm(int64_t id, char* out, int32_t out_len);
 TFX_API int32_t tfx_comm_rank(int64_t id);
 TFX_API int32_t tfx_comm_size(int64_t id);
 

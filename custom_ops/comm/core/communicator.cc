@@ -21,6 +21,33 @@ void Communicator::Close() {
     if (p) p->Shutdown();
 }
 
+std::string Communicator::allreduce_algorithm() const {
+  if (!hierarchical_) return "ring (" + topology_.Describe() + ")";
+  return std::string("hierarchical ") + (topology_.uniform() ? "striped" : "leaders") + " (" +
+         topology_.Describe() + ")";
+}
+
+Status Communicator::LearnTopology(const std::vector<bool>& same_host) {
+  std::vector<char> rows(static_cast<size_t>(size_) * size_);
+  for (int p = 0; p < size_; ++p) rows[static_cast<size_t>(rank_) * size_ + p] = p == rank_ || same_host[p];
+  if (size_ > 1) {
+    ExecContext ctx;
+    ctx.rank = rank_;
+    ctx.size = size_;
+    ctx.pairs = &pairs_;
+    ctx.chunk_bytes = options_.chunk_bytes;
+    Deadline deadline(options_.timeout_s);
+    const CollectiveContext ring = ctx.Ring("exchange of the same-host rows (topology)", &deadline);
+    TFX_RETURN_IF_ERROR(RingAllgather(ring, rows.data() + static_cast<size_t>(rank_) * size_, rows.data(),
+                                      std::vector<size_t>(size_, size_)));
+  }
+  std::vector<std::vector<char>> by_rank(size_);
+  for (int r = 0; r < size_; ++r) by_rank[r].assign(rows.begin() + r * size_, rows.begin() + (r + 1) * size_);
+  topology_ = Topology::FromRows(by_rank);
+  hierarchical_ = topology_.UseHierarchical(options_.hierarchical);
+  return Status::Ok();
+}
+
 std::string Communicator::transport(int peer) const {
   if (peer == rank_) return "self";
   if (peer < 0 || peer >= size_ || !pairs_[peer]) return "none";
@@ -49,6 +76,7 @@ Status Communicator::Create(int rank, int size, const std::vector<int>& data_fds
   } else if (size > 1) {
     channels.emplace_back(new ControlChannel(rank, 0, ctrl_fds[0]));
   }
+  if (status.ok()) status = comm->LearnTopology(same_host);
   if (!status.ok()) return status;
   RuntimeOptions ro;
   ro.bucket_bytes = options.bucket_bytes;
@@ -82,6 +110,8 @@ Status Communicator::Execute(const Response& resp, std::vector<Entry*>& entries)
   ctx.chunk_bytes = options_.chunk_bytes;
   ctx.scratch = &fusion_buffer_;
   ctx.stats = &stats_;
+  ctx.topology = &topology_;
+  ctx.hierarchical = hierarchical_;
   const Status st = executors_[code]->Execute(resp, entries, ctx);
   auto ns = [](Clock::duration d) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();

@@ -12,6 +12,7 @@
 
 #include "custom_ops/comm/core/executors/executor.h"
 #include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/topology.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm {
@@ -23,13 +24,16 @@ struct CommunicatorOptions {
   Compression compression = Compression::kNone;  // default for requests that say "none"
   bool use_shm = true;
   size_t chunk_bytes = 128 << 10;
+  Hierarchical hierarchical = Hierarchical::kAuto;
 };
 
 class Communicator {
  public:
   // data_fds[r]: connection to rank r (-1 for this rank); ctrl_fds: see
   // Runtime. same_host[r]: rank r runs on this host (shared memory allowed).
-  // Takes ownership of every fd, also on failure.
+  // Takes ownership of every fd, also on failure. Every rank's same_host
+  // row is gathered over the data connections (a ring all-gather, before the
+  // runtime starts) so that every rank builds the same Topology.
   static Status Create(int rank, int size, const std::vector<int>& data_fds,
                        const std::vector<int>& ctrl_fds, const std::vector<bool>& same_host,
                        const CommunicatorOptions& options, std::unique_ptr<Communicator>* out);
@@ -39,6 +43,9 @@ class Communicator {
   int size() const { return size_; }
   const CommunicatorOptions& options() const { return options_; }
   std::string transport(int peer) const;  // "tcp", "shm" or "self"
+  const Topology& topology() const { return topology_; }
+  // "hierarchical striped (2 hosts x 2 ranks)", "ring (1 host x 4 ranks)", ...
+  std::string allreduce_algorithm() const;
 
   void Submit(std::vector<Entry> entries, bool wake_loop = true) {
     runtime_->Submit(std::move(entries), wake_loop);
@@ -56,11 +63,15 @@ class Communicator {
   Communicator(int rank, int size, const CommunicatorOptions& options);
   // Runs the response's executor (executors/ops.cc), timed (see Stats).
   Status Execute(const Response& resp, std::vector<Entry*>& entries);
+  // Gathers every rank's same_host row and sets topology_ and hierarchical_.
+  Status LearnTopology(const std::vector<bool>& same_host);
 
   const int rank_;
   const int size_;
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<Pair>> pairs_;
+  Topology topology_;
+  bool hierarchical_ = false;
   std::unique_ptr<Runtime> runtime_;
   FusionBuffer fusion_buffer_;  // used by whoever runs the runtime's Step
   std::vector<std::unique_ptr<Executor>> executors_;  // by OpType code, made on first use

@@ -49,7 +49,10 @@ struct Job {
   int size() const { return static_cast<int>(comms.size()); }
 };
 
-Job MakeJob(int n, bool shm, double timeout_s = 20.0, size_t chunk = 4096, size_t bucket = 64 << 20) {
+// host_of[r]: the synthetic host of rank r (same_host is true between ranks
+// of one host); empty: all on one host.
+Job MakeJob(int n, bool shm, double timeout_s = 20.0, size_t chunk = 4096, size_t bucket = 64 << 20,
+            const std::vector<int>& host_of = {}, Hierarchical hierarchical = Hierarchical::kAuto) {
   std::vector<std::vector<int>> data(n, std::vector<int>(n, -1)), ctrl(n, std::vector<int>(n, -1));
   for (int a = 0; a < n; ++a)
     for (int b = a + 1; b < n; ++b) {
@@ -69,12 +72,15 @@ Job MakeJob(int n, bool shm, double timeout_s = 20.0, size_t chunk = 4096, size_
   opts.use_shm = shm;
   opts.chunk_bytes = chunk;
   opts.bucket_bytes = bucket;
+  opts.hierarchical = hierarchical;
   Job job;
   job.comms.resize(n);
   std::vector<std::thread> threads;  // the shm handshakes wait for each other
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      Status st = Communicator::Create(r, n, data[r], ctrl[r], std::vector<bool>(n, true), opts, &job.comms[r]);
+      std::vector<bool> same_host(n, true);
+      for (int p = 0; p < n && !host_of.empty(); ++p) same_host[p] = host_of[p] == host_of[r];
+      Status st = Communicator::Create(r, n, data[r], ctrl[r], same_host, opts, &job.comms[r]);
       if (!st.ok()) std::fprintf(stderr, "create rank %d: %s\n", r, st.message().c_str()), std::abort();
     });
   }
@@ -326,6 +332,88 @@ void TestCollectives(int max_ranks) {
     }
 }
 
+// One all-reduce of `count` elements of dt with op (large: the overlapped
+// blocks of the hierarchical all-reduce), against the reference.
+void TestOneAllreduce(Job& job, DataType dt, ReduceOp op, size_t count, const std::string& what) {
+  const int n = job.size();
+  Latch latch;
+  std::vector<std::vector<char>> in(n, std::vector<char>(count * ElementSize(dt))), out = in;
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) Store(dt, in[r].data(), i, Value(r, i));
+    std::vector<Entry> e;
+    e.push_back(MakeEntry("big/" + what, OpType::kAllreduce, dt, op, {static_cast<int64_t>(count)}, in[r].data(),
+                          out[r].data(), &latch));
+    job[r].Submit(std::move(e));
+  }
+  latch.Wait();
+  for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+  for (int r = 0; r < n; ++r) {
+    size_t bad = count;
+    for (size_t i = 0; i < count && bad == count; ++i)
+      if (!Close(dt, Load(dt, out[r].data(), i), Reference(dt, op, n, i))) bad = i;
+    CHECK(bad == count, what + ": rank " + std::to_string(r) + ", element " + std::to_string(bad));
+  }
+}
+
+// Synthetic hosts (same_host rows): the hierarchical all-reduce, striped
+// (equal hosts) and through leaders (unequal), on hosts listed in any order,
+// against the reference for every dtype and reduction; the flat ring in
+// topology order; what auto chooses.
+void TestHierarchical() {
+  struct Layout {
+    std::vector<int> host_of;
+    const char* algorithm;  // with TFX_HIERARCHICAL=on
+  };
+  const Layout layouts[] = {
+      {{0, 0, 1, 1}, "hierarchical striped (2 hosts x 2 ranks)"},
+      {{0, 1, 0, 1}, "hierarchical striped (2 hosts x 2 ranks)"},  // hosts interleaved in the rank list
+      {{0, 0, 1, 1, 2, 2}, "hierarchical striped (3 hosts x 2 ranks)"},
+      {{2, 0, 1, 2, 0, 1}, "hierarchical striped (3 hosts x 2 ranks)"},
+      {{0, 0, 1, 1, 1}, "hierarchical leaders (2 hosts of 2+3 ranks)"},
+      {{1, 0, 1, 0, 1}, "hierarchical leaders (2 hosts of 3+2 ranks)"},
+      {{0, 0, 0, 1}, "hierarchical leaders (2 hosts of 3+1 ranks)"},
+      {{0, 1, 2}, "hierarchical striped (3 hosts x 1 rank)"},
+  };
+  for (const Layout& l : layouts) {
+    const int n = static_cast<int>(l.host_of.size());
+    std::string name = "hosts {";
+    for (int h : l.host_of) name += std::to_string(h) + ",";
+    name.back() = '}';
+    for (Hierarchical mode : {Hierarchical::kOn, Hierarchical::kOff, Hierarchical::kAuto}) {
+      for (bool shm : {true, false}) {
+        if (mode != Hierarchical::kOn && !shm) continue;
+        Job job = MakeJob(n, shm, 20.0, 4096, 64 << 20, l.host_of, mode);
+        const std::string algo = job[0].allreduce_algorithm();
+        const bool hier = mode == Hierarchical::kOn ||
+                          (mode == Hierarchical::kAuto && std::string(l.algorithm).find("x 1 rank") == std::string::npos);
+        for (int r = 0; r < n; ++r) CHECK(job[r].allreduce_algorithm() == algo, name + ": ranks disagree");
+        CHECK(hier ? algo == l.algorithm : algo.rfind("ring (", 0) == 0, name + ": got " + algo);
+        for (int p = 1; p < n; ++p)
+          CHECK(job[0].transport(p) == (shm && l.host_of[p] == l.host_of[0] ? "shm" : "tcp"),
+                name + ": transport to " + std::to_string(p));
+        int round = 0;
+        TestAllreduce(job, shm, {0, 1, 5, 1001, 1500}, /*fused=*/false, &round);
+        TestAllreduce(job, shm, {0, 1, 1001, 1500, 20000}, /*fused=*/true, &round);
+        if (mode == Hierarchical::kOn && shm && algo.find("striped") != std::string::npos &&
+            algo.find("x 1 rank") == std::string::npos) {  // over 8 MiB: the blocks overlap
+          TestOneAllreduce(job, DataType::kFloat32, ReduceOp::kSum, 3000001, name + " 3000001 float32 sum");
+          TestOneAllreduce(job, DataType::kInt64, ReduceOp::kMean, 2000003, name + " 2000003 int64 mean");
+        }
+        CHECK((job[0].stats().hierarchical_buckets.load() > 0) == hier, name + ": hierarchical buckets");
+        std::fprintf(stderr, "hierarchical: %s, %s over %s: %s ok\n", name.c_str(),
+                     mode == Hierarchical::kOn ? "on" : mode == Hierarchical::kOff ? "off" : "auto",
+                     shm ? "shm" : "tcp", algo.c_str());
+      }
+    }
+  }
+  // Rows that do not describe hosts (1 sees 0 and 2, which do not see each
+  // other): every rank a host of its own, on every rank alike.
+  const Topology t = Topology::FromRows({{1, 1, 0}, {1, 1, 1}, {0, 1, 1}});
+  CHECK(t.hosts.size() == 3 && t.Describe() == "3 hosts x 1 rank", "inconsistent rows: " + t.Describe());
+  const Topology u = Topology::FromRows({{1, 0, 1, 0}, {0, 1, 0, 1}, {1, 0, 1, 0}, {0, 1, 0, 1}});
+  CHECK(u.RingOrder() == std::vector<int>({0, 2, 1, 3}), "ring order follows the hosts");
+}
+
 // Ranks that disagree get an error naming each view; the job survives it.
 // A rank that never submits times the others out.
 void TestNegotiationThroughTheRuntime() {
@@ -510,7 +598,8 @@ void TestCApi() {
   const tfx_comm_options d = tfx_comm_default_options();
   const CommunicatorOptions core;
   CHECK(d.timeout_s == core.timeout_s && d.bucket_bytes == static_cast<int64_t>(core.bucket_bytes) &&
-            d.chunk_bytes == static_cast<int64_t>(core.chunk_bytes) && d.use_shm == 1,
+            d.chunk_bytes == static_cast<int64_t>(core.chunk_bytes) && d.use_shm == 1 &&
+            d.hierarchical == TFX_HIERARCHICAL_AUTO,
         "default options");
   CHECK(tfx_comm_abi_value("sizeof(tfx_entry)") == sizeof(tfx_entry), "abi sizeof");
   CHECK(tfx_comm_abi_value("TFX_OP_BROADCAST") == TFX_OP_BROADCAST, "abi op");
@@ -533,6 +622,7 @@ int main(int argc, char** argv) {
   TestCoordinator();
   TestCApi();
   TestNegotiationThroughTheRuntime();
+  TestHierarchical();
   TestCollectives(max_ranks);
   const double s = std::chrono::duration<double>(Clock::now() - start).count();
   std::fprintf(stderr, "%d checks, %d failed, %.1f s\n", g_checks, g_failures, s);

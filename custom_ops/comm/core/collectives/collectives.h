@@ -38,10 +38,45 @@ struct Piece {
   size_t bytes;  // a multiple of the element size
 };
 
+// Which half of the ring all-reduce to run (ring_allreduce.cc defines the
+// steps). kScatterReduce leaves, in `out`, the full reduction of segment
+// OwnedSegment(rank, size) only; kAllgather starts from there (it reads only
+// `out`) and leaves every segment in `out`. The two in turn are kBoth.
+enum class RingPhases { kBoth, kScatterReduce, kAllgather };
+
 // The same over the concatenation of `pieces`, without copying them into one
 // buffer: every rank must pass pieces of the same sizes in the same order.
+// kMean divides by size only with kBoth.
 Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pieces,
-                     DataType dtype, ReduceOp op);
+                     DataType dtype, ReduceOp op, RingPhases phases = RingPhases::kBoth);
+
+// How the ring cuts `count` elements into `size` segments: segment i starts
+// at element *first and has *elems elements.
+void RingSegment(size_t count, int size, int i, size_t* first, size_t* elems);
+// The segment a ring rank holds reduced after kScatterReduce.
+inline int OwnedSegment(int rank, int size) { return (rank + 1) % size; }
+
+// The pieces that bytes [begin, begin + bytes) of the concatenation of
+// `pieces` cover (SubPieces), each reduced in place (OutSlices: in = out =
+// the slice's `out`).
+std::vector<Piece> SubPieces(const std::vector<Piece>& pieces, size_t begin, size_t bytes);
+std::vector<Piece> OutSlices(const std::vector<Piece>& pieces, size_t begin, size_t bytes);
+
+// Hierarchical all-reduce (hierarchical_allreduce.cc): `local` is the ring of
+// this rank's host (shared memory), `cross` the ring between hosts this rank
+// takes part in (null context size 1 when it takes part in none). striped:
+// every host has the same number of ranks, and local rank i of every host
+// forms cross ring i over segment OwnedSegment(i) of the local cut; else
+// only local rank 0 (the leader) is in a cross ring, over the whole buffer.
+// `total` ranks in the job (for kMean).
+struct HierarchicalContext {
+  CollectiveContext local;
+  CollectiveContext cross;
+  bool striped = true;
+  int total = 1;
+};
+Status HierarchicalAllreduce(const HierarchicalContext& ctx, const std::vector<Piece>& pieces,
+                             DataType dtype, ReduceOp op);
 
 // out = concatenation of every rank's block; block_bytes[i] is rank i's size
 // (they may differ). in holds block_bytes[rank] bytes.

@@ -17,6 +17,8 @@
 //            receiving and reducing overlap instead of waiting for whole
 //            segments (RunPipeline).
 // Every rank sends and receives 2*(size-1)/size of the buffer in total.
+// Either half may run alone (RingPhases): the hierarchical all-reduce puts
+// the ring between hosts between them.
 // The algorithm is out of place without an extra copy: step 0 sends from
 // `in`, scatter steps write out = in op incoming, and the segment a rank
 // never receives during scatter (its own, r) arrives in the all-gather.
@@ -56,8 +58,33 @@ std::vector<Slice> SlicesOf(const std::vector<Piece>& pieces, const std::vector<
 
 }  // namespace
 
+void RingSegment(size_t count, int size, int i, size_t* first, size_t* elems) {
+  const size_t n = static_cast<size_t>(size), k = static_cast<size_t>(i);
+  *elems = count / n + (k < count % n ? 1 : 0);
+  *first = k * (count / n) + std::min(k, count % n);
+}
+
+std::vector<Piece> SubPieces(const std::vector<Piece>& pieces, size_t begin, size_t bytes) {
+  std::vector<size_t> starts(pieces.size());
+  size_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    starts[i] = total;
+    total += pieces[i].bytes;
+  }
+  std::vector<Piece> out;
+  for (const Slice& sl : SlicesOf(pieces, starts, begin, bytes))
+    out.push_back({sl.piece->in + sl.offset, sl.piece->out + sl.offset, sl.bytes});
+  return out;
+}
+
+std::vector<Piece> OutSlices(const std::vector<Piece>& pieces, size_t begin, size_t bytes) {
+  std::vector<Piece> out = SubPieces(pieces, begin, bytes);
+  for (Piece& p : out) p.in = p.out;
+  return out;
+}
+
 Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pieces,
-                     DataType dtype, ReduceOp op) {
+                     DataType dtype, ReduceOp op, RingPhases phases) {
   const size_t elem = ElementSize(dtype);
   ReduceFn reduce = GetReduceFn(dtype, op);
   if (reduce == nullptr) {
@@ -73,31 +100,36 @@ Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pie
   const size_t count = total / elem;
   const int n = ctx.size;
   if (n == 1 || count == 0) {
+    if (phases == RingPhases::kAllgather) return Status::Ok();  // `out` already holds it all
     for (const Piece& p : pieces)
       if (p.in != p.out && p.bytes > 0) std::memcpy(p.out, p.in, p.bytes);
     return Status::Ok();
   }
   std::vector<size_t> seg_off(n), seg_bytes(n);
-  size_t offset = 0;
   for (int i = 0; i < n; ++i) {
-    const size_t elems = count / n + (static_cast<size_t>(i) < count % n ? 1 : 0);
-    seg_off[i] = offset;
+    size_t first = 0, elems = 0;
+    RingSegment(count, n, i, &first, &elems);
+    seg_off[i] = first * elem;
     seg_bytes[i] = elems * elem;
-    offset += seg_bytes[i];
   }
   auto seg = [n](long long i) { return static_cast<int>(((i % n) + n) % n); };
+  const int s_begin = phases == RingPhases::kAllgather ? n - 1 : 0;
+  const int s_end = phases == RingPhases::kScatterReduce ? n - 1 : 2 * (n - 1);
   std::vector<PipelineStep> steps;
-  // What the next ring step sends: its own segment at step 0 (from `in`),
-  // then the slices the step before received, each from the step that did.
-  std::vector<Slice> forward = SlicesOf(pieces, starts, seg_off[ctx.rank], seg_bytes[ctx.rank]);
+  // What the next ring step sends: at the first step the segment of that step
+  // (own segment from `in`; in the all-gather alone the owned one, from
+  // `out`), then the slices the step before received, each from the step
+  // that did.
+  std::vector<Slice> forward = SlicesOf(pieces, starts, seg_off[seg(ctx.rank - s_begin)],
+                                        seg_bytes[seg(ctx.rank - s_begin)]);
   std::vector<int> received;  // received[j]: the step that received forward[j]
-  for (int s = 0; s < 2 * (n - 1); ++s) {
+  for (int s = s_begin; s < s_end; ++s) {
     for (size_t j = 0; j < forward.size(); ++j) {
       const Slice& sl = forward[j];
       PipelineStep st;
       st.send = (s == 0 ? sl.piece->in : sl.piece->out) + sl.offset;
       st.send_bytes = sl.bytes;
-      st.forwards = s == 0 ? -1 : received[j];
+      st.forwards = s == s_begin ? -1 : received[j];
       steps.push_back(st);
     }
     const int recv_seg = seg(ctx.rank - s - 1);
@@ -116,7 +148,7 @@ Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pie
     }
   }
   TFX_RETURN_IF_ERROR(RunPipeline(ctx, steps, elem));
-  if (op == ReduceOp::kMean) {
+  if (op == ReduceOp::kMean && phases == RingPhases::kBoth) {
     for (const Piece& p : pieces) Scale(p.out, p.bytes / elem, dtype, n);
   }
   return Status::Ok();

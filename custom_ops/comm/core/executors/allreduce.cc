@@ -1,7 +1,9 @@
 // All-reduce of one fusion bucket (same dtype, reduction and compression):
 // uncompressed, the ring works on the tensors where they lie plus one packed
 // run of the small ones (Packing); compressed, on the 16-bit copy of the
-// whole bucket (Compress). A mean is a sum scaled at the end.
+// whole bucket (Compress). A mean is a sum scaled at the end. The ring is
+// the flat one in topology order, or the hierarchical all-reduce (within
+// hosts, across them, within them again) when ctx.hierarchical.
 #include "custom_ops/comm/core/executors/ops.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 
@@ -20,15 +22,20 @@ class AllreduceExecutor : public Executor {
     for (Entry* e : entries)
       ctx.stats->allreduce_bytes.fetch_add(static_cast<int64_t>(e->meta.bytes()), std::memory_order_relaxed);
     Deadline deadline(ctx.timeout_s);
-    const CollectiveContext ring = ctx.Ring(DescribeEntries("allreduce", entries), &deadline);
+    const std::string what = DescribeEntries("allreduce", entries);
+    if (ctx.hierarchical) ctx.stats->hierarchical_buckets.fetch_add(1, std::memory_order_relaxed);
+    auto reduce = [&](const std::vector<Piece>& pieces, DataType dtype) {
+      if (ctx.hierarchical) return HierarchicalAllreduce(ctx.Hierarchy(what, &deadline), pieces, dtype, op);
+      return RingAllreduce(ctx.TopologyRing(what, &deadline), pieces, dtype, op);
+    };
     if (comp == Compression::kNone) {
       const Packing packing(entries, ctx.scratch);
-      TFX_RETURN_IF_ERROR(RingAllreduce(ring, packing.pieces(), m0.dtype, op));
+      TFX_RETURN_IF_ERROR(reduce(packing.pieces(), m0.dtype));
       packing.Unpack();
     } else {
       size_t count = 0;
       char* wire = Compress(entries, comp, ctx.scratch, &count);
-      TFX_RETURN_IF_ERROR(RingAllreduce(ring, wire, wire, count, WireType(comp), op));
+      TFX_RETURN_IF_ERROR(reduce({{wire, wire, count * ElementSize(WireType(comp))}}, WireType(comp)));
       Decompress(entries, comp, wire);
     }
     if (m0.reduction == ReduceOp::kMean) {

@@ -16,6 +16,7 @@
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/executors/fusion_buffer.h"
 #include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/topology.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm {
@@ -26,6 +27,7 @@ struct CommStats {
   std::atomic<int64_t> allreduce_buckets{0};  // all-reduce responses
   std::atomic<int64_t> fused_entries{0};      // tensors in those buckets
   std::atomic<int64_t> allreduce_bytes{0};    // bytes reduced (before compression)
+  std::atomic<int64_t> hierarchical_buckets{0};  // all-reduce responses run through hosts
   // Summed over collectives: from the first entry's submission until this
   // rank could run it (negotiation: the slowest rank's arrival and the
   // round trip to rank 0), and running it (the data path).
@@ -41,10 +43,18 @@ struct ExecContext {
   size_t chunk_bytes = 128 << 10;
   FusionBuffer* scratch = nullptr;  // the runtime thread's; one executor at a time
   CommStats* stats = nullptr;
+  const Topology* topology = nullptr;  // null: every rank a host of its own
+  bool hierarchical = false;           // all-reduce through hosts (Topology::UseHierarchical)
 
   Pair* pair(int peer) const { return (*pairs)[peer].get(); }
-  // The ring around this rank for one collective named `what` (for errors).
+  // The ring around this rank in rank order, for one collective named `what`
+  // (for errors). Collectives whose result is in rank order use it.
   CollectiveContext Ring(const std::string& what, const Deadline* deadline) const;
+  // The same ring with the ranks in topology order (Topology::RingOrder),
+  // for collectives whose result does not depend on the order (all-reduce).
+  CollectiveContext TopologyRing(const std::string& what, const Deadline* deadline) const;
+  // This rank's host ring and cross-host ring (HierarchicalAllreduce).
+  HierarchicalContext Hierarchy(const std::string& what, const Deadline* deadline) const;
 };
 
 class Executor {
