@@ -75,15 +75,16 @@ Status PsClient::CallAll(uint16_t kind, const std::vector<std::string>& payloads
   return Status::Ok();
 }
 
-void PsClient::Route(const int64_t* ids, int64_t n, bool dynamic,
-                     std::vector<std::vector<int64_t>>* positions) const {
+Status PsClient::Route(int64_t table_id, const int64_t* ids, int64_t n, TableInfo* info,
+                       std::vector<std::vector<int64_t>>* positions) {
+  TFX_EMB_RETURN_IF_ERROR(Info(table_id, info));
   positions->assign(num_servers_, {});
-  std::vector<int32_t> shard(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     // Negative ids of a fixed table go to server 0, which names them in its error.
-    const int32_t s = (!dynamic && ids[i] < 0) ? 0 : embedding::ShardOf(ids[i], num_servers_, dynamic);
+    const int32_t s = (!info->dynamic && ids[i] < 0) ? 0 : embedding::ShardOf(ids[i], num_servers_, info->dynamic);
     (*positions)[s].push_back(i);
   }
+  return Status::Ok();
 }
 
 Status PsClient::Info(int64_t table_id, TableInfo* info) {
@@ -109,9 +110,8 @@ Status PsClient::SetOptimizer(int64_t table_id, const embedding::OptimizerConfig
 
 Status PsClient::Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* out) {
   TableInfo info;
-  TFX_EMB_RETURN_IF_ERROR(Info(table_id, &info));
   std::vector<std::vector<int64_t>> positions;
-  Route(ids, n, info.dynamic, &positions);
+  TFX_EMB_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
   std::vector<std::string> payloads(num_servers_);
   for (int s = 0; s < num_servers_; ++s) {
     if (positions[s].empty()) continue;
@@ -137,9 +137,8 @@ Status PsClient::Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* 
 
 Status PsClient::Push(int64_t table_id, const int64_t* ids, int64_t n, const float* grads, float learning_rate) {
   TableInfo info;
-  TFX_EMB_RETURN_IF_ERROR(Info(table_id, &info));
   std::vector<std::vector<int64_t>> positions;
-  Route(ids, n, info.dynamic, &positions);
+  TFX_EMB_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
   std::vector<std::string> payloads(num_servers_);
   for (int s = 0; s < num_servers_; ++s) {
     if (positions[s].empty()) continue;

@@ -55,8 +55,9 @@ class PsClient {
   embedding::Status CallAll(uint16_t kind, const std::vector<std::string>& payloads,
                             std::vector<std::vector<char>>* replies = nullptr);
   embedding::Status Info(int64_t table_id, TableInfo* info);
-  // positions[s]: indices into ids of the ids server s holds.
-  void Route(const int64_t* ids, int64_t n, bool dynamic, std::vector<std::vector<int64_t>>* positions) const;
+  // The table's info, and positions[s]: the indices into ids of the ids server s holds.
+  embedding::Status Route(int64_t table_id, const int64_t* ids, int64_t n, TableInfo* info,
+                          std::vector<std::vector<int64_t>>* positions);
 
   const int64_t service_client_;
   const int num_servers_;
