@@ -17,3 +17,47 @@ try:
         _cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 except RuntimeError:  # already initialised by an earlier import: keep what is there
     pass
+
+
+# --- Reliability report (RELIABILITY.md) ------------------------------------
+# A test of a fault, bad input or attack records what happened with the
+# `reliability` fixture; `make reliability` sets TFX_RELIABILITY_LOG and turns
+# the rows into RELIABILITY.md. Outside that command the rows go nowhere.
+
+import json  # noqa: E402
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "reliability: a fault, bad input or attack recorded in RELIABILITY.md")
+    config.addinivalue_line(
+        "markers", "long: minutes-long reliability runs (soak, long fuzzing); only with "
+        "TFX_RELIABILITY_LONG=1 (make reliability)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("TFX_RELIABILITY_LONG") == "1":
+        return
+    skip = pytest.mark.skip(reason="long reliability run: `make reliability` runs it")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def reliability(request):
+    """``record(case, outcome, detected_s=None, lost="nothing")``: one row of
+    RELIABILITY.md: what was tried, what happened, how long until it was
+    detected (seconds, or None where nothing needs detecting), what was lost."""
+    def record(case: str, outcome: str, detected_s: float | None = None, lost: str = "nothing"):
+        path = os.environ.get("TFX_RELIABILITY_LOG")
+        if not path:
+            return
+        row = {"test": request.node.nodeid, "case": case, "outcome": outcome,
+               "detected_s": detected_s, "lost": lost, "time": time.time()}
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return record
