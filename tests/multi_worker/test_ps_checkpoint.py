@@ -58,9 +58,26 @@ def test_each_server_writes_its_shard_beside_the_checkpoint(saved):
     assert all(s.startswith(os.path.basename(result["saved"])) for s in shards), (shards, result["saved"])
 
 
-def test_keras_save_weights_refuses_a_table_on_servers(saved):
-    message = saved[1]["save_weights_error"]
-    assert message and "'items'" in message and "tf.train.Checkpoint" in message, message
+def test_checkpoint_manager_deletes_the_shard_files_of_old_checkpoints(saved):
+    ckpt, result = saved
+    first = os.path.basename(result["first_saved"])
+    assert first != os.path.basename(result["saved"])
+    # max_to_keep=1 deleted the first checkpoint: TensorFlow's files and the servers' shards.
+    assert not [f for f in result["files"] if f.startswith(first + ".") or f.startswith(first + "-")], \
+        result["files"]
+
+
+def test_keras_save_weights_and_load_weights_into_three_servers(tmp_path, saved):
+    """save_weights: each server writes its shard beside the .weights.h5; load_weights of a
+    copy into a job of 3 servers reads the same rows, dense weights and optimizer slots."""
+    ckpt, result = saved
+    files = result["keras_files"]
+    for rank in (0, 1):
+        assert f"w{rank}.weights.h5" in files, files
+        shards = sorted(f.rsplit(".shard-", 1)[1] for f in files if f.startswith(f"w{rank}.weights.h5-"))
+        assert shards == ["0-of-2", "1-of-2"], files
+    for w in _restore(tmp_path, ckpt, num_ps=3, KERAS="1"):
+        _same_training(result, w)
 
 
 def test_restore_into_one_server_and_bad_files(tmp_path, saved):
