@@ -67,15 +67,17 @@ def test_checkpoint_manager_deletes_the_shard_files_of_old_checkpoints(saved):
         result["files"]
 
 
-def test_keras_save_weights_and_load_weights_into_three_servers(tmp_path, saved):
-    """save_weights: each server writes its shard beside the .weights.h5; load_weights of a
-    copy into a job of 3 servers reads the same rows, dense weights and optimizer slots."""
+def test_keras_save_weights_then_load_weights_into_three_servers(tmp_path, saved):
+    """save_weights / model.save: each server writes its shard beside each worker's file. A job
+    of 3 servers loads a copy of the chief's .weights.h5 with load_weights: the same rows and
+    dense weights, and training on reaches the same rows (the servers' optimizer slots and
+    Keras's were restored)."""
     ckpt, result = saved
     files = result["keras_files"]
-    for rank in (0, 1):
-        assert f"w{rank}.weights.h5" in files, files
-        shards = sorted(f.rsplit(".shard-", 1)[1] for f in files if f.startswith(f"w{rank}.weights.h5-"))
-        assert shards == ["0-of-2", "1-of-2"], files
+    for name in ("w0.weights.h5", "w1.weights.h5", "m0.keras", "m1.keras"):
+        assert name in files, files
+        shards = sorted(f.rsplit(".shard-", 1)[1] for f in files if f.startswith(name + "-tfx_ps-"))
+        assert shards == ["0-of-2", "1-of-2"], (name, files)
     for w in _restore(tmp_path, ckpt, num_ps=3, KERAS="1"):
         _same_training(result, w)
 

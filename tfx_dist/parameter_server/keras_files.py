@@ -6,15 +6,17 @@ table on the servers can be far larger than a worker's memory, so its rows do
 not pass through that file: as with `tf.train.Checkpoint`, the servers write
 their shards (rows and optimizer slots, in parallel) beside the Keras file,
 ``<file>-tfx_ps-<layer>-<table id>.shard-<s>-of-<S>``, and the layer's entry in
-the HDF5 file records what finds and reads them: the files' prefix (its base
-name: the files are looked for beside the Keras file being loaded, wherever it
-was copied), the optimizer rule of their slots and the servers' step count.
+the HDF5 file records what finds and reads them: the files' prefix, the
+optimizer rule of their slots and the servers' step count. Loading looks for
+the files beside the Keras file being read (it may have been copied with
+them), else at the path they were written to (`keras.models.load_model` reads
+a ``.keras`` file's weights from memory, or from a temporary folder).
 Loading works with any number of servers (resharding), like checkpoints.
 
 The Keras file and its shard files travel together: copy or delete them
 together. The servers read and write the paths themselves, so the file must be
-on storage the workers and servers share, and a path on disk (not an in-memory
-buffer or a remote URL that Keras stages through a temporary folder).
+on storage the workers and servers share, and saved to a path on disk (not to an
+in-memory buffer or a remote URL that Keras stages through a temporary folder).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def save(table, store) -> None:
     """Has the servers write ``table``'s shards beside the Keras file; records them in ``store``."""
     prefix = table_checkpoint.table_prefix(keras_file_of(store, table.name), table.name, table.table_id)
     applies = table.save(prefix)
-    store[_PREFIX] = _text(os.path.basename(prefix))
+    store[_PREFIX] = _text(prefix)
     store[_OPTIMIZER] = _text(table_checkpoint.encode_optimizer(table.optimizer_rule))
     store[_APPLIES] = np.asarray(applies, dtype=np.int64)
 
@@ -66,7 +68,12 @@ def load(table, store) -> None:
         raise ValueError(
             f"ShardedEmbedding '{table.name}': this Keras file holds no rows of the table (it was "
             "not saved from a model whose table lives on parameter servers).")
-    folder = os.path.dirname(keras_file_of(store, table.name))
-    table.restore(os.path.join(folder, _read_text(store, _PREFIX)),
-                  table_checkpoint.decode_optimizer(_read_text(store, _OPTIMIZER)),
+    written = _read_text(store, _PREFIX)
+    try:  # beside the file being read (it may have been copied with its shards) ...
+        prefix = table_checkpoint.beside(written, keras_file_of(store, table.name))
+    except ValueError:  # ... or, read from memory (load_model of a .keras), where written
+        prefix = written
+    if not table_checkpoint.existing_shards(prefix):
+        prefix = written
+    table.restore(prefix, table_checkpoint.decode_optimizer(_read_text(store, _OPTIMIZER)),
                   int(np.asarray(store[_APPLIES])))

@@ -9,7 +9,8 @@ and report the errors and the rows after each).
 save: trains EPOCHS epochs, saves with tf.train.CheckpointManager (the chief
 to CKPT, the others to temporary folders), reports the rows, trains one more
 epoch and reports the rows again (the continuation to compare with); also
-saves with Keras's save_weights (CKPT + "_keras/w<rank>.weights.h5").
+saves with Keras's save_weights and model.save (CKPT + "_keras/w<rank>.weights.h5",
+"m<rank>.keras").
 restore: builds the same model, restores CKPT, reports the rows, trains the
 same one more epoch, reports the rows. Any number of servers. KERAS=1: loads a
 copy of the chief's .weights.h5 (and its shard files) with load_weights instead.
@@ -39,6 +40,7 @@ if DYNAMIC:
 every_id = np.unique(ids)[:, None].repeat(3, axis=1)
 
 strategy = tfx_dist.ParameterServerStrategy()
+KERAS_COPY = os.path.join(os.environ["WORKDIR"], f"keras_copy_{rank()}")
 with strategy.scope():
     inputs = keras.Input((3,), dtype="int64")
     table = tfx_dist.layers.ShardedEmbedding(None if DYNAMIC else ROWS, 4, combiner="mean",
@@ -75,6 +77,7 @@ if PHASE == "save":
     # Keras's one-file save: each worker's file, the servers' shards beside it.
     os.makedirs(KERAS_DIR, exist_ok=True)
     model.save_weights(os.path.join(KERAS_DIR, f"w{rank()}.weights.h5"))
+    model.save(os.path.join(KERAS_DIR, f"m{rank()}.keras"))
     result["keras_files"] = sorted(os.listdir(KERAS_DIR))
 else:
     latest = tf.train.latest_checkpoint(CKPT)
@@ -102,9 +105,9 @@ else:
             result[f"rows_after_{damage}"] = rows()
         strategy.extended.barrier()  # no worker restores the good files before all have read
     if os.environ.get("KERAS") == "1":  # the chief's .weights.h5, copied elsewhere first
-        copy = os.path.join(os.environ["WORKDIR"], f"keras_copy_{rank()}")
-        shutil.copytree(KERAS_DIR, copy)
-        model.load_weights(os.path.join(copy, "w0.weights.h5"))
+        shutil.copytree(KERAS_DIR, KERAS_COPY)
+        model.load_weights(os.path.join(KERAS_COPY, "w0.weights.h5"))
+        strategy.extended.barrier()  # both loads done before either worker reads or trains
     else:
         checkpoint.restore(latest).assert_existing_objects_matched()
     result["rows_saved"] = rows()
