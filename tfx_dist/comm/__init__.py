@@ -167,12 +167,14 @@ class Communicator:
         summed over collectives, seconds from the first tensor's submission
         until this rank could run it (``waiting_s``: the other ranks' arrival
         and the negotiation) and seconds running it (``running_s``); all-reduce
-        buckets run hierarchically (``hierarchical_buckets``)."""
-        out = (ctypes.c_int64 * 7)()
-        _native.lib().tfx_comm_stats(self.handle, out, 7)
+        buckets run hierarchically (``hierarchical_buckets``); and how many
+        collective names the runtime holds state for now (``names_held``: 0
+        once every collective completed, whatever the names were)."""
+        out = (ctypes.c_int64 * 8)()
+        _native.lib().tfx_comm_stats(self.handle, out, 8)
         return {"collectives": out[0], "allreduce_buckets": out[1], "allreduce_tensors": out[2],
                 "allreduce_bytes": out[3], "waiting_s": out[4] / 1e9, "running_s": out[5] / 1e9,
-                "hierarchical_buckets": out[6]}
+                "hierarchical_buckets": out[6], "names_held": out[7]}
 
     def _run(self, entries: list) -> tuple[int, int]:
         if self._closed:
