@@ -22,6 +22,7 @@ import numpy as np
 
 from tfx_dist import settings
 from tfx_dist.comm import _native, naming
+from tfx_dist.cluster.shm_segments import sweep_dead_segments
 from tfx_dist.comm.rendezvous import RendezvousError, connect_all
 
 __all__ = ["Communicator", "CollectiveError", "CollectiveTimeoutError", "CollectiveMismatchError",
@@ -128,6 +129,9 @@ class Communicator:
             hierarchical=_native.HIERARCHICAL[self.hierarchical])
         lib = _native.lib()
         if size > 1:
+            # Segments of processes that died during an earlier job's shared-
+            # memory handshake (without a launcher to sweep them).
+            sweep_dead_segments()
             conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s)
         else:
             conns = None

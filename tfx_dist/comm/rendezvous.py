@@ -94,14 +94,14 @@ class Connections:
 
 
 _SHM_DIR = "/dev/shm"
-_PROBE_NAME = re.compile(r"^tfx-probe-[0-9a-f]{32}$")
+_PROBE_NAME = re.compile(r"^tfx-probe-[0-9]+-[0-9a-f]{32}$")
 
 
 class _ShmProbe:
     """A fresh segment in this process's /dev/shm (see "Same host?" above); removed by close()."""
 
     def __init__(self):
-        self.name = f"tfx-probe-{secrets.token_hex(16)}"
+        self.name = f"tfx-probe-{os.getpid()}-{secrets.token_hex(16)}"  # pid: swept if we die
         self.path = os.path.join(_SHM_DIR, self.name)
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
