@@ -44,3 +44,40 @@ def test_a_deprecated_name_is_read_with_one_warning(monkeypatch):
         assert settings.get("TFX_COMM_FUSION_BYTES") == 4096  # warned once only
     monkeypatch.setenv("TFX_COMM_FUSION_BYTES", "8192")  # the new name wins
     assert settings.get("TFX_COMM_FUSION_BYTES") == 8192
+
+
+# --- Every setting validated where it is declared (issue 19, defect 3) ------
+
+_BAD = [(env, bad) for env, s in settings.SETTINGS.items() for bad in s.parse.bad]
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("env,bad", _BAD, ids=[f"{e}={b[:12]!r}" for e, b in _BAD])
+def test_every_setting_refuses_bad_values(env, bad, monkeypatch, reliability):
+    """Each setting's parser lists values it must refuse (type, range,
+    finite); a new setting is covered by declaring it. One error names the
+    variable, the value and what is allowed."""
+    monkeypatch.setenv(env, bad)
+    with pytest.raises(ValueError) as e:
+        settings.get(env)
+    message = str(e.value)
+    assert env in message and repr(bad)[:40].rstrip("'") in message, message
+    assert "allowed: " + settings.SETTINGS[env].parse.allowed in message, message
+    reliability(f"{env}={bad[:20]!r}", f"refused: {message.split('; allowed')[0]}")
+
+
+@pytest.mark.parametrize("env", list(settings.SETTINGS))
+def test_every_setting_accepts_its_default(env, monkeypatch):
+    default = settings.SETTINGS[env].default
+    text = str(int(default)) if isinstance(default, bool) else str(default)
+    monkeypatch.setenv(env, text)
+    assert settings.get(env) == default
+    assert settings.get(env, default) == default  # the same rule for values given in code
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0, -1, "300"])
+def test_timeout_given_in_code_is_validated_too(value, reliability):
+    with pytest.raises(ValueError, match=r"TFX_TIMEOUT_S \(given in code\).*allowed: a finite number > 0"):
+        settings.get("TFX_TIMEOUT_S", value)
+    reliability(f"Communicator(timeout_s={value!r})", "refused, naming TFX_TIMEOUT_S and the range")

@@ -129,7 +129,7 @@ class _Sequencer:
 
     Names are ``g<graph>.<kind>.<n>``: ``<graph>`` numbers the graphs in the
     order their first collective was traced, ``<n>`` numbers the collectives
-    of a graph; eager calls are ``e.<kind>.<n>``. Every rank traces and calls
+    of a graph; eager calls are ``e.<kind>``. Every rank traces and calls
     the same collectives in the same order, so names agree across ranks, and a
     graph's names repeat on every run of it.
     """
@@ -138,16 +138,12 @@ class _Sequencer:
         self._chain = chain
         self._graphs = weakref.WeakKeyDictionary()  # graph -> [index, count, last output if chained]
         self._num_graphs = 0
-        self._num_eager = 0
         self._lock = threading.Lock()
 
     def run(self, kind: str, fn):
         """Calls ``fn(name)`` after the previous collective of the current graph."""
         if tf.executing_eagerly():
-            with self._lock:
-                name = f"e.{kind}.{self._num_eager}"
-                self._num_eager += 1
-            return fn(name)
+            return fn(f"e.{kind}")
         graph = tf.compat.v1.get_default_graph()
         with self._lock:
             state = self._graphs.get(graph)

@@ -62,6 +62,7 @@ import time
 from typing import Deque, List, Optional, Sequence
 
 from tfx_dist.cluster import join_address, make_tf_config
+from tfx_dist.cluster.shm_segments import sweep_dead_segments
 
 # The standard library and tfx_dist.cluster only, on purpose: the launcher must
 # start fast and must not load TensorFlow.
@@ -578,6 +579,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if job is not None:
             job.stop(grace=args.grace_period)
+            # A worker killed during its shared-memory handshake leaves its
+            # segment in /dev/shm: remove what dead processes left.
+            sweep_dead_segments()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

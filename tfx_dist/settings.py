@@ -9,56 +9,144 @@ The README's settings table is generated from ``SETTINGS``
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import warnings
-from typing import Callable
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
     env: str
     default: object
-    parse: Callable[[str], object]
+    parse: _Parser
     meaning: str
     # Former names of the variable, still read (with a warning, once per
     # process) when the current one is not set.
     deprecated: tuple[str, ...] = ()
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.lower() in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected a boolean (1/0, true/false), got {text!r}")
+class _Parser:
+    """Turns a variable's text into its value, or raises ValueError saying
+    what is allowed. ``check`` validates a value given in code (a
+    constructor argument) by the same rule; ``bad`` holds values that must be
+    refused (tests/test_settings.py tries each, for every setting)."""
+
+    allowed = ""
+    bad: tuple = ()
+
+    def __call__(self, text: str):
+        raise NotImplementedError
+
+    def check(self, value):
+        return self(str(value))
 
 
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text.lower() not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}, got {text!r}")
+class _Number(_Parser):
+    """An int or float in [low, high] (``low_open``: low itself excluded), finite."""
+
+    def __init__(self, kind, low, high=None, low_open=False):
+        self.kind, self.low, self.high, self.low_open = kind, low, high, low_open
+        self.word = "an integer" if kind is int else "a finite number"
+        above = f"> {low}" if low_open else f">= {low}"
+        self.allowed = f"{self.word} {above}" + (
+            "" if high is None else f" and <= {high}" if kind is int else f" and <= {high:g}")
+        bad = ["lots", "", str(low - 1)] + (["1.5"] if kind is int else ["nan", "inf", "-inf"])
+        if low_open:
+            bad.append(str(low))
+        if high is not None:
+            bad.append(str(high * 10))
+        self.bad = tuple(bad)
+
+    def __call__(self, text: str):
+        try:
+            value = self.kind(text.strip())
+        except ValueError:
+            raise ValueError(f"not {self.word}") from None
+        self._in_range(value)
+        return value
+
+    def check(self, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"not a number: {type(value).__name__}")
+        if self.kind is int and value != int(value):
+            raise ValueError("not an integer")
+        value = self.kind(value) if math.isfinite(value) else value
+        self._in_range(value)
+        return value
+
+    def _in_range(self, value):
+        if not math.isfinite(value):
+            raise ValueError("not finite")
+        if value < self.low or (self.low_open and value == self.low):
+            raise ValueError("too small")
+        if self.high is not None and value > self.high:
+            raise ValueError("too large")
+
+
+class _Bool(_Parser):
+    allowed = "1/0, true/false, yes/no, on/off"
+    bad = ("maybe", "2", "tru")
+
+    def __call__(self, text: str) -> bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError("not a boolean")
+
+    def check(self, value):
+        if isinstance(value, bool) or value in (0, 1):
+            return bool(value)
+        return self(str(value))
+
+
+class _Choice(_Parser):
+    def __init__(self, *choices: str):
+        self.choices = choices
+        self.allowed = "one of " + ", ".join(choices)
+        self.bad = ("", "bogus", choices[0] + "x")
+
+    def __call__(self, text: str) -> str:
+        if text.lower() not in self.choices:
+            raise ValueError("not a choice")
         return text.lower()
-    return parse
+
+
+class _Text(_Parser):
+    """Printable text (a secret), at most 4096 characters."""
+
+    allowed = "printable text (no control characters), at most 4096 characters"
+    bad = ("tab\there", "new\nline", "x" * 4097)
+
+    def __call__(self, text: str) -> str:
+        if len(text) > 4096 or not text.isprintable():
+            raise ValueError("not allowed")
+        return text
+
+
+# Longer than any job should wait for one thing: also keeps deadlines far from
+# the clocks' overflow (TFX_TIMEOUT_S=inf used to raise OverflowError).
+_MAX_TIMEOUT_S = 1e7
 
 
 SETTINGS = {
     setting.env: setting
     for setting in (
-        Setting("TFX_LOCAL_FUSION_BYTES", 4 << 20, int,
+        Setting("TFX_LOCAL_FUSION_BYTES", 4 << 20, _Number(int, 1, 1 << 40),
                 "Local fusion (devices of one process): the fused reductions split a "
                 "gradient list into buckets of about this size and reduce each in one pass. "
                 "Formerly `TFX_FUSION_BUCKET_BYTES`.",
                 deprecated=("TFX_FUSION_BUCKET_BYTES",)),
-        Setting("TFX_CPU_ISA", "auto", _choice("auto", "baseline"),
+        Setting("TFX_CPU_ISA", "auto", _Choice("auto", "baseline"),
                 "Instructions of the CPU reduction kernel (TfxFusedReduce): `auto` uses "
                 "AVX2 where the CPU has it; `baseline` keeps to what the library was built "
                 "for (to compare, or to rule the AVX2 path out). Read once per process."),
-        Setting("TFX_JOB_SECRET", "", str,
+        Setting("TFX_JOB_SECRET", "", _Text(),
                 "Secret shared by the processes of one job (tfx-dist-run sets a fresh "
                 "`secrets.token_hex(32)` per job); empty when no launcher set one."),
         # Cross-process collective runtime (tfx_dist.comm).
-        Setting("TFX_TIMEOUT_S", 300.0, float,
+        Setting("TFX_TIMEOUT_S", 300.0, _Number(float, 0, _MAX_TIMEOUT_S, low_open=True),
                 "Seconds any wait of the collective runtime (rendezvous, negotiation, "
                 "one collective) may take before failing with an error naming the peer."),
         # The runtime's options (TFX_TIMEOUT_S, TFX_COMM_FUSION_BYTES,
@@ -66,32 +154,32 @@ SETTINGS = {
         # have their defaults here
         # only: tfx_dist.comm passes every one to the C API explicitly, since
         # these are the ones users read (README table) and override.
-        Setting("TFX_COMM_FUSION_BYTES", 64 << 20, int,
+        Setting("TFX_COMM_FUSION_BYTES", 64 << 20, _Number(int, 0, 1 << 40),
                 "Cross-process fusion: all-reduce requests ready in the same "
                 "negotiation cycle are packed into buckets of at most this many bytes. "
                 "Formerly `TFX_FUSION_THRESHOLD_BYTES`.",
                 deprecated=("TFX_FUSION_THRESHOLD_BYTES",)),
-        Setting("TFX_CYCLE_TIME_MS", 0.0, float,
+        Setting("TFX_CYCLE_TIME_MS", 0.0, _Number(float, 0, 60_000),
                 "Minimum time between two negotiation cycles of the cross-process "
                 "runtime; larger values fuse more requests at the cost of latency."),
-        Setting("TFX_COMPRESSION", "none", str,
+        Setting("TFX_COMPRESSION", "none", _Choice("none", "float16", "bfloat16"),
                 "Wire compression for float32 cross-process all-reduce: none, float16 "
                 "or bfloat16."),
-        Setting("TFX_SHM", True, _bool,
+        Setting("TFX_SHM", True, _Bool(),
                 "Use shared memory between processes on the same host (else TCP)."),
-        Setting("TFX_PARTIAL_BATCH_SYNC", "auto", _choice("auto", "always"),
+        Setting("TFX_PARTIAL_BATCH_SYNC", "auto", _Choice("auto", "always"),
                 "Multi-worker input: `auto` skips TensorFlow's per-step all-reduce of "
                 "\"this worker still has data\" when every worker provably reads as many "
                 "batches as the others (DATA or OFF sharding, or AUTO without files); "
                 "`always` keeps it."),
-        Setting("TFX_DIRECT_INPUT", "auto", _choice("auto", "off"),
+        Setting("TFX_DIRECT_INPUT", "auto", _Choice("auto", "off"),
                 "Input of every strategy: `auto` lets a worker whose replicas all run on "
                 "its host CPU iterate its dataset directly, one element per replica in "
                 "order, instead of through TensorFlow's multi-device iterator (a second "
                 "pipeline with prefetch and autotuning threads per device, there only to "
                 "move elements to the memory they are already in); `off` keeps the "
                 "multi-device iterator."),
-        Setting("TFX_HIERARCHICAL", "auto", _choice("auto", "on", "off"),
+        Setting("TFX_HIERARCHICAL", "auto", _Choice("auto", "on", "off"),
                 "Cross-process all-reduce through hosts: reduce within each host "
                 "(shared memory), run the ring between hosts (local rank i of every "
                 "host over 1/L of the buffer), then share the result within each host. "
@@ -99,13 +187,13 @@ SETTINGS = {
                 "processes, for buckets of at least TFX_HIERARCHICAL_MIN_STRIPE_BYTES per "
                 "process of a host; `on` whenever there is more than one process; `off` keeps "
                 "the flat ring (whose order follows the hosts in every mode)."),
-        Setting("TFX_HIERARCHICAL_MIN_STRIPE_BYTES", 2 << 10, int,
+        Setting("TFX_HIERARCHICAL_MIN_STRIPE_BYTES", 2 << 10, _Number(int, 0, 1 << 40),
                 "Under TFX_HIERARCHICAL=auto, an all-reduce bucket goes through hosts only "
                 "when each process of the widest host carries at least this many bytes of it "
                 "across (the bucket divided by the processes per host); smaller buckets take "
                 "the flat ring, where one latency-bound phase beats three (measured on 2 "
                 "simulated hosts: BENCHMARKS.md)."),
-        Setting("TFX_CHUNK_BYTES", 128 << 10, int,
+        Setting("TFX_CHUNK_BYTES", 128 << 10, _Number(int, 1, 1 << 40),
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),
     )
@@ -113,10 +201,17 @@ SETTINGS = {
 
 
 def get(env: str, override: object = None) -> object:
-    """Returns the value of setting ``env``: ``override`` if given, else the environment, else the default."""
+    """Returns the value of setting ``env``: ``override`` if given, else the
+    environment, else the default. A value outside what the setting allows
+    (type, range, finite) is one ValueError naming the variable, the value and
+    what is allowed, whether it came from the environment or from code."""
     setting = SETTINGS[env]
     if override is not None:
-        return override
+        try:
+            return setting.parse.check(override)
+        except ValueError as e:
+            raise ValueError(_invalid(f"Invalid value for {env} (given in code)", override, setting,
+                                      e)) from None
     text = os.environ.get(env)
     for old in setting.deprecated:
         if text is not None:
@@ -130,8 +225,14 @@ def get(env: str, override: object = None) -> object:
     try:
         return setting.parse(text)
     except ValueError as e:
-        raise ValueError(f"Invalid value for environment variable {env}: {text!r} "
-                         f"({e}). Meaning: {setting.meaning}") from None
+        raise ValueError(_invalid(f"Invalid value for environment variable {env}", text, setting,
+                                  e)) from None
+
+
+def _invalid(what: str, value, setting: Setting, why: ValueError) -> str:
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "...'"
+    return (f"{what}: {shown} ({why}); allowed: {setting.parse.allowed}. "
+            f"Meaning: {setting.meaning}")
 
 
 _warned: set = set()
@@ -145,9 +246,9 @@ def _warn_deprecated(old: str, new: str) -> None:
 
 
 def markdown_table() -> str:
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    rows = ["| variable | default | allowed | meaning |", "|---|---|---|---|"]
     for s in SETTINGS.values():
-        rows.append(f"| `{s.env}` | `{s.default}` | {s.meaning} |")
+        rows.append(f"| `{s.env}` | `{s.default}` | {s.parse.allowed} | {s.meaning} |")
     return "\n".join(rows)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from tfx_dist import settings
 from tfx_dist.comm import _native, naming
+from tfx_dist.cluster.shm_segments import sweep_dead_segments
 from tfx_dist.comm.rendezvous import RendezvousError, connect_all
 
 __all__ = ["Communicator", "CollectiveError", "CollectiveTimeoutError", "CollectiveMismatchError",
@@ -129,6 +130,9 @@ class Communicator:
             hierarchical_min_stripe_bytes=int(settings.get("TFX_HIERARCHICAL_MIN_STRIPE_BYTES")))
         lib = _native.lib()
         if size > 1:
+            # Segments of processes that died during an earlier job's shared-
+            # memory handshake (without a launcher to sweep them).
+            sweep_dead_segments()
             conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s)
         else:
             conns = None
@@ -168,12 +172,14 @@ class Communicator:
         summed over collectives, seconds from the first tensor's submission
         until this rank could run it (``waiting_s``: the other ranks' arrival
         and the negotiation) and seconds running it (``running_s``); all-reduce
-        buckets run hierarchically (``hierarchical_buckets``)."""
-        out = (ctypes.c_int64 * 7)()
-        _native.lib().tfx_comm_stats(self.handle, out, 7)
+        buckets run hierarchically (``hierarchical_buckets``); and how many
+        collective names the runtime holds state for now (``names_held``: 0
+        once every collective completed, whatever the names were)."""
+        out = (ctypes.c_int64 * 8)()
+        _native.lib().tfx_comm_stats(self.handle, out, 8)
         return {"collectives": out[0], "allreduce_buckets": out[1], "allreduce_tensors": out[2],
                 "allreduce_bytes": out[3], "waiting_s": out[4] / 1e9, "running_s": out[5] / 1e9,
-                "hierarchical_buckets": out[6]}
+                "hierarchical_buckets": out[6], "names_held": out[7]}
 
     def _run(self, entries: list) -> tuple[int, int]:
         if self._closed:

@@ -7,25 +7,27 @@ the same calls. A call's *group* name is
 * in a traced TensorFlow function: ``<graph name>/<kind>`` made unique in the
   graph (``graph.unique_name``), the same on every rank that traces the same
   program;
-* otherwise ``<scope>.<kind>.<n>``, ``n`` counting the calls of that scope:
-  ``numpy`` (per communicator) or ``eager`` (per process). Ranks must then
-  make the same calls in the same order.
+* eagerly: ``eager.<kind>``, the same for every call, so that TensorFlow
+  caches one kernel per kind (a name is an op attribute: a name per call
+  would cache a kernel per call, forever);
+* numpy API: ``numpy.<kind>.<n>``, ``n`` counting the communicator's calls.
+
+A name may be reused call after call: the runtime pairs each rank's k-th
+request of a name with every other rank's k-th, and drops a name's state when
+its last request completes. Eager and numpy calls without a name must
+therefore be made by every rank in the same order.
 
 Each tensor of the call is ``<group>/<i>``, except the single tensor of an
-all-gather, which is ``<group>``. The runtime appends ``#<occurrence>`` (how
-many times this rank has used the name before), so a name may be reused
-call after call.
+all-gather, which is ``<group>``.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 
 __all__ = ["collective_names"]
 
 _lock = threading.Lock()
-_eager_counter = itertools.count()
 
 
 def group_name(kind: str, name: str | None = None, counter=None) -> str:
@@ -45,8 +47,7 @@ def group_name(kind: str, name: str | None = None, counter=None) -> str:
     import tensorflow as tf  # only the TF ops come here
 
     if tf.executing_eagerly():
-        with _lock:
-            return f"eager.{kind}.{next(_eager_counter)}"
+        return f"eager.{kind}"
     graph = tf.compat.v1.get_default_graph()
     return f"{graph.name}/{graph.unique_name(kind, mark_as_used=True)}"
 

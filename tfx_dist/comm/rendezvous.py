@@ -94,14 +94,14 @@ class Connections:
 
 
 _SHM_DIR = "/dev/shm"
-_PROBE_NAME = re.compile(r"^tfx-probe-[0-9a-f]{32}$")
+_PROBE_NAME = re.compile(r"^tfx-probe-[0-9]+-[0-9a-f]{32}$")
 
 
 class _ShmProbe:
     """A fresh segment in this process's /dev/shm (see "Same host?" above); removed by close()."""
 
     def __init__(self):
-        self.name = f"tfx-probe-{secrets.token_hex(16)}"
+        self.name = f"tfx-probe-{os.getpid()}-{secrets.token_hex(16)}"  # pid: swept if we die
         self.path = os.path.join(_SHM_DIR, self.name)
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -225,6 +225,12 @@ def _bind(rank: int, address: str) -> socket.socket:
     return sock
 
 
+# How long a rank whose proof failed may take to connect properly before the
+# failure is taken as the cause (long enough that an impostor's attempt while
+# the real rank starts up does not fail the job, far shorter than the timeout).
+_AUTH_GRACE_S = 5.0
+
+
 class _Listener:
     """Accepts and authenticates the connections this rank expects, in a thread."""
 
@@ -244,6 +250,12 @@ class _Listener:
         self.accepted: dict[tuple[int, int], tuple[socket.socket, bool]] = {}
         self.rejections: list[str] = []
         self.fatal: str | None = None   # the clusters differ: no point waiting for the timeout
+        # Rank -> (when, why) of a proof that did not verify from a process
+        # claiming an expected rank: a peer with another secret, unless that
+        # rank still connects properly within _AUTH_GRACE_S (an impostor's
+        # failed attempt must not fail the job).
+        self.auth_failures: dict[int, tuple[float, str]] = {}
+        self.client_nonces: set[bytes] = set()  # every HELLO's nonce: a repeat is a replay
         self.lock = threading.Lock()
         self.done = threading.Event()
         if not self.expected:
@@ -286,6 +298,13 @@ class _Listener:
             if version != VERSION:
                 return self._reject(conn, f"connection from {where} speaks protocol version {version}, "
                                           f"expected {VERSION} (mixed tfx_dist versions?)")
+            with self.lock:
+                replayed = nonce_c in self.client_nonces
+                self.client_nonces.add(nonce_c)
+            if replayed:  # a real client draws a fresh 32-byte nonce every time
+                return self._reject(conn, f"connection from {where} replayed an earlier handshake "
+                                          f"(its nonce was already used): refused; not a peer of "
+                                          f"this job, or a relay")
             extra_c = _recv_exact(conn, hlen, "the handshake", deadline)
             hello = _load_extra(extra_c)
             mismatch = None
@@ -306,8 +325,12 @@ class _Listener:
             proof = _recv_exact(conn, _MAC, "the handshake", deadline)
             if not hmac.compare_digest(proof, _mac(self.secret, b"client", transcript)):
                 _send(conn, _REJECTED, deadline)
-                return self._reject(conn, f"rank {crank} (from {where}) failed authentication: its job "
-                                          f"secret differs from this rank's (TFX_JOB_SECRET)")
+                why = (f"rank {crank} (from {where}) failed authentication: its job secret differs "
+                       f"from this rank's (TFX_JOB_SECRET)")
+                if not mismatch:
+                    with self.lock:
+                        self.auth_failures.setdefault(crank, (time.monotonic(), why))
+                return self._reject(conn, why)
             if mismatch:   # authenticated: a real peer of this job, with another cluster
                 view = _extra({"cluster": self.addresses})
                 _send(conn, _CLUSTER_DIFFERS + struct.pack("<H", len(view)) + view, deadline)
@@ -328,6 +351,12 @@ class _Listener:
         while not self.done.wait(0.05):
             if self.fatal:
                 raise RendezvousError(self.fatal)
+            refused = self._refused_rank()
+            if refused:
+                raise RendezvousError(
+                    f"tfx_dist rank {self.rank}: {refused}, and rank did not connect with the right "
+                    f"secret within {_AUTH_GRACE_S:g} s: failing now rather than after "
+                    f"TFX_TIMEOUT_S. Every process of the job needs the same TFX_JOB_SECRET.")
             if time.monotonic() > self.deadline:
                 with self.lock:
                     missing = sorted({r for c, r in self.expected - set(self.accepted)})
@@ -338,6 +367,16 @@ class _Listener:
                     ". Check that every process started with the same cluster and TFX_JOB_SECRET; "
                     "raise TFX_TIMEOUT_S if they are only slow to start.")
         return self.accepted
+
+    def _refused_rank(self) -> str | None:
+        """The rejection of an expected rank that has not connected since, once the grace is over."""
+        now = time.monotonic()
+        with self.lock:
+            connected = {r for _, r in self.accepted}
+            for rank, (when, why) in self.auth_failures.items():
+                if rank not in connected and now - when > _AUTH_GRACE_S:
+                    return why
+        return None
 
     def close(self) -> None:
         self.done.set()

@@ -114,7 +114,8 @@ TFX_API int32_t tfx_comm_transport(int64_t id, int32_t peer, char* out, int32_t 
 /* Counters: out[0] collectives executed, [1] all-reduce buckets, [2] tensors
  * in them, [3] bytes all-reduced, [4] ns from submission to running, [5] ns
  * running, summed over collectives, [6] all-reduce buckets run
- * hierarchically. Writes min(n, 7) values. */
+ * hierarchically, [7] names the runtime holds state for (0 once every
+ * collective completed: nothing is kept per call). Writes min(n, 8) values. */
 TFX_API int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n);
 /* How this communicator all-reduces, into out: "hierarchical striped (2 hosts
  * x 2 ranks)", "hierarchical leaders (2 hosts of 2+3 ranks)" or

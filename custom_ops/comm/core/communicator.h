@@ -58,6 +58,7 @@ class Communicator {
 
   using Stats = CommStats;
   const Stats& stats() const { return stats_; }
+  size_t names_held() const { return runtime_->names_held(); }
   void Close();
 
  private:

@@ -533,6 +533,29 @@ void TestCoordinator() {
     CHECK(rs.size() == 1 && rs[0].failed() && rs[0].error.find("ranks 0, 2 to submit") != std::string::npos,
           rs.empty() ? "none" : rs[0].error);
     CHECK(c.NextDeadline() == Clock::time_point::max(), "nothing pending");
+    // The missing ranks' late requests for that round are dropped, not
+    // paired with the next round of the name.
+    c.Add(0, Meta("t", OpType::kAllreduce, DataType::kFloat32, {4}), now);
+    c.Add(2, Meta("t", OpType::kAllreduce, DataType::kFloat32, {4}), now);
+    CHECK(c.pending_keys() == 0, "late requests dropped, nothing kept");
+    for (int r = 0; r < 3; ++r) c.Add(r, Meta("t", OpType::kAllreduce, DataType::kFloat32, {4}), now);
+    CHECK(c.TakeResponses().size() == 1, "next round of the name runs");
+  }
+  {  // a name used again: rank r's k-th request pairs with the others' k-th,
+     // and nothing of the name is kept once its rounds completed
+    Coordinator c(2, 1 << 20, 10.0);
+    c.Add(0, Meta("x", OpType::kAllreduce, DataType::kFloat32, {1}), now);
+    c.Add(0, Meta("x", OpType::kAllreduce, DataType::kFloat32, {2}), now);
+    c.Add(1, Meta("x", OpType::kAllreduce, DataType::kFloat32, {1}), now);
+    auto first = c.TakeResponses();
+    CHECK(first.size() == 1 && !first[0].failed(), "first round agrees: shapes [1] and [1]");
+    c.Add(1, Meta("x", OpType::kAllreduce, DataType::kFloat32, {2}), now);
+    auto second = c.TakeResponses();
+    CHECK(second.size() == 1 && !second[0].failed(), "second round agrees: shapes [2] and [2]");
+    CHECK(c.pending_keys() == 0 && c.NextDeadline() == Clock::time_point::max(), "no state left per name");
+    for (int i = 0; i < 1000; ++i)
+      for (int r : {0, 1}) c.Add(r, Meta("n" + std::to_string(i), OpType::kAllreduce, DataType::kFloat32, {1}), now);
+    CHECK(c.TakeResponses().size() == 1 && c.pending_keys() == 0, "1000 unique names leave nothing");
   }
 }
 

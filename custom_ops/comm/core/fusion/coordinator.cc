@@ -7,12 +7,7 @@
 namespace tfx::comm {
 namespace {
 
-std::string UserName(const std::string& key) {
-  // "<name>#<occurrence>": say which call it was in words.
-  const size_t hash = key.rfind('#');
-  if (hash == std::string::npos) return "'" + key + "'";
-  return "'" + key.substr(0, hash) + "' (call #" + key.substr(hash + 1) + " of that name)";
-}
+std::string UserName(const std::string& key) { return "'" + key + "'"; }
 
 // "rank 2" or "ranks 1, 2".
 std::string Ranks(const std::vector<int>& ranks) {
@@ -24,13 +19,27 @@ std::string Ranks(const std::vector<int>& ranks) {
 }  // namespace
 
 void Coordinator::Add(int rank, const EntryMeta& meta, Clock::time_point now) {
-  Pending& p = pending_[meta.key];
-  if (p.have.empty()) {
-    p.metas.resize(size_);
-    p.have.assign(size_, false);
-    p.first_seen = now;
+  auto late = late_.find(meta.key);
+  if (late != late_.end() && late->second[rank] > 0) {
+    // That rank's request for a round already failed (the rank fails it too).
+    --late->second[rank];
+    bool any = false;
+    for (int n : late->second) any = any || n > 0;
+    if (!any) late_.erase(late);
+    return;
   }
-  if (p.have[rank]) return;  // a duplicate cannot happen with occurrence counters
+  std::deque<Pending>& rounds = pending_[meta.key];
+  // This rank's oldest round of the key it has not joined yet, or a new one.
+  auto it = rounds.begin();
+  while (it != rounds.end() && it->have[rank]) ++it;
+  if (it == rounds.end()) {
+    rounds.emplace_back();
+    it = std::prev(rounds.end());
+    it->metas.resize(size_);
+    it->have.assign(size_, false);
+    it->first_seen = now;
+  }
+  Pending& p = *it;
   p.have[rank] = true;
   p.metas[rank] = meta;
   if (++p.count < size_) return;
@@ -41,7 +50,9 @@ void Coordinator::Add(int rank, const EntryMeta& meta, Clock::time_point now) {
   const OpRow* row = FindOp(static_cast<int>(resp.op));  // known: checked when decoded
   if (!resp.failed() && row->complete != nullptr) row->complete(p.metas, &resp);
   ready_.emplace_back(p.metas[0], std::move(resp));
-  pending_.erase(meta.key);
+  // Every rank joins rounds oldest first, so the complete one is the front.
+  rounds.pop_front();
+  if (rounds.empty()) pending_.erase(meta.key);
 }
 
 std::string Coordinator::Disagreement(const std::string& key, const Pending& p) const {
@@ -97,20 +108,28 @@ std::vector<Response> Coordinator::TakeTimedOut(Clock::time_point now) {
   std::vector<Response> out;
   const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   for (auto it = pending_.begin(); it != pending_.end();) {
-    if (now - it->second.first_seen < limit) { ++it; continue; }
-    std::vector<int> have, missing;
-    for (int r = 0; r < size_; ++r) (it->second.have[r] ? have : missing).push_back(r);
-    char secs[32];
-    std::snprintf(secs, sizeof(secs), "%g", timeout_s_);
-    Response resp;
-    resp.op = it->second.metas[have[0]].op;
-    resp.keys.push_back(it->first);
-    resp.error = "tfx_dist rank 0 (coordinator): timed out after " + std::string(secs) +
-                 " s waiting for " + Ranks(missing) + " to submit collective " + UserName(it->first) +
-                 " (submitted by " + Ranks(have) + "). The missing rank(s) may have died, be stuck, or call "
-                 "collectives under other names or in a different number; raise TFX_TIMEOUT_S if they are only slow.";
-    out.push_back(std::move(resp));
-    it = pending_.erase(it);
+    std::deque<Pending>& rounds = it->second;
+    // Rounds open oldest first: only a prefix can have timed out.
+    while (!rounds.empty() && now - rounds.front().first_seen >= limit) {
+      const Pending& p = rounds.front();
+      std::vector<int> have, missing;
+      for (int r = 0; r < size_; ++r) (p.have[r] ? have : missing).push_back(r);
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", timeout_s_);
+      Response resp;
+      resp.op = p.metas[have[0]].op;
+      resp.keys.push_back(it->first);
+      resp.error = "tfx_dist rank 0 (coordinator): timed out after " + std::string(secs) +
+                   " s waiting for " + Ranks(missing) + " to submit collective " + UserName(it->first) +
+                   " (submitted by " + Ranks(have) + "). The missing rank(s) may have died, be stuck, or call "
+                   "collectives under other names or in a different number; raise TFX_TIMEOUT_S if they are only slow.";
+      out.push_back(std::move(resp));
+      std::vector<int>& late = late_[it->first];
+      late.resize(size_, 0);
+      for (int r : missing) ++late[r];
+      rounds.pop_front();
+    }
+    it = rounds.empty() ? pending_.erase(it) : std::next(it);
   }
   return out;
 }
@@ -118,7 +137,7 @@ std::vector<Response> Coordinator::TakeTimedOut(Clock::time_point now) {
 Clock::time_point Coordinator::NextDeadline() const {
   auto next = Clock::time_point::max();
   const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
-  for (const auto& [key, p] : pending_) next = std::min(next, p.first_seen + limit);
+  for (const auto& [key, rounds] : pending_) next = std::min(next, rounds.front().first_seen + limit);
   return next;
 }
 

@@ -19,7 +19,10 @@ class Coordinator {
   Coordinator(int size, size_t bucket_bytes, double timeout_s)
       : size_(size), bucket_bytes_(bucket_bytes), timeout_s_(timeout_s) {}
 
-  // Rank `rank` is ready with `meta`.
+  // Rank `rank` is ready with `meta`. A key a rank submits again before the
+  // last one completed opens a new round: each rank's k-th request of a key
+  // is matched with every other rank's k-th (FIFO), so nothing per name
+  // outlives its last round.
   void Add(int rank, const EntryMeta& meta, Clock::time_point now);
   bool HasReady() const { return !ready_.empty(); }
   // Responses for every key ready on all ranks, in completion order, with
@@ -44,7 +47,14 @@ class Coordinator {
   const int size_;
   const size_t bucket_bytes_;
   const double timeout_s_;
-  std::map<std::string, Pending> pending_;
+  // Incomplete rounds of each key, oldest first; a key leaves with its last round.
+  std::map<std::string, std::deque<Pending>> pending_;
+  // Per key and rank: requests still to come for rounds that timed out
+  // without them; they are dropped, not paired with the others' next round.
+  std::map<std::string, std::vector<int>> late_;
+
+ public:
+  size_t pending_keys() const { return pending_.size() + late_.size(); }  // for the memory tests
   std::deque<std::pair<EntryMeta, Response>> ready_;  // rank 0's meta; single-key response
 };
 

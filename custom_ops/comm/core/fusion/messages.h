@@ -3,9 +3,11 @@
 // Negotiation protocol (one control connection between rank 0 and each other
 // rank; rank 0's own requests go straight into its table):
 //   1. A rank that gets a request (one tensor of a collective call) sends
-//      READY{meta} to rank 0: its key (the call's name plus how many times
-//      this rank has used that name before), op, dtype, shape, reduction,
-//      compression, root.
+//      READY{meta} to rank 0: its key (the call's name), op, dtype, shape,
+//      reduction, compression, root. A name may be used again and again:
+//      rank 0 pairs each rank's k-th request of a key with every other
+//      rank's k-th (FIFO), and keeps nothing of a key once its last round
+//      completed, so long jobs hold no state per call.
 //   2. Rank 0 records it. When every rank is READY for a key, it compares
 //      the metas: any difference becomes an ERROR response naming each
 //      rank's view. Otherwise the key joins the ready list, in the order keys
@@ -36,7 +38,7 @@ enum class OpType : uint8_t { kAllreduce = 1, kAllgather = 2, kBroadcast = 3 };
 const char* OpTypeName(OpType op);  // the op table's name
 
 struct EntryMeta {
-  std::string key;  // "<name>#<occurrence>"
+  std::string key;  // the call's name
   OpType op = OpType::kAllreduce;
   DataType dtype = DataType::kFloat32;
   ReduceOp reduction = ReduceOp::kSum;

@@ -58,7 +58,7 @@ void Runtime::Stop() {
     ssize_t w = write(wake_fd_, &one, sizeof(one));
     (void)w;
     if (thread_.joinable()) thread_.join();
-    std::map<std::string, Entry> left;
+    std::multimap<std::string, Entry> left;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (broken_.ok())
@@ -74,8 +74,23 @@ Status Runtime::broken() const {
   return broken_;
 }
 
+size_t Runtime::names_held() const {
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = pending_.size() + missed_rounds_.size() + orphan_answers_.size();
+  }
+  // The coordinator's table belongs to whoever runs Step; reading its size
+  // unlocked is good enough for a test that waits for zero.
+  return n + (rank_ == 0 ? coordinator_.pending_keys() : 0);
+}
+
 void Runtime::Submit(std::vector<Entry> entries, bool wake_loop) {
+  // The READY frames leave in the order the entries joined pending_: the
+  // coordinator matches a name's requests in that order (FIFO).
+  std::lock_guard<std::mutex> order(submit_mu_);
   std::vector<EntryMeta> metas;
+  std::vector<Entry> late;  // rounds the others already gave up on
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -83,10 +98,16 @@ void Runtime::Submit(std::vector<Entry> entries, bool wake_loop) {
     if (refused.ok()) {
       const auto now = Clock::now();
       for (Entry& e : entries) {
-        e.meta.key += "#" + std::to_string(occurrences_[e.meta.key]++);
         e.submitted = now;
         metas.push_back(e.meta);
         if (rank_ == 0) local_ready_.push_back(e.meta);
+        auto missed = missed_rounds_.find(e.meta.key);
+        if (missed != missed_rounds_.end()) {
+          // Still told to the coordinator, which skips it (see Coordinator::Add).
+          if (--missed->second == 0) missed_rounds_.erase(missed);
+          late.push_back(std::move(e));
+          continue;
+        }
         std::string key = e.meta.key;
         pending_.emplace(std::move(key), std::move(e));
       }
@@ -95,6 +116,10 @@ void Runtime::Submit(std::vector<Entry> entries, bool wake_loop) {
   if (!refused.ok()) {
     for (Entry& e : entries) e.done(refused);
     return;
+  }
+  for (Entry& e : late) {
+    e.done(Status(Code::kTimeout, "tfx_dist rank " + std::to_string(rank_) + ": collective '" + e.meta.key +
+                                      "' was submitted after the other ranks timed out waiting for it"));
   }
   if (rank_ != 0) {
     Status st = channels_[0]->Send(MessageType::kReady, EncodeReady(metas), Deadline(options_.timeout_s));
@@ -120,12 +145,14 @@ void Runtime::WakeLoop(bool force) {
 }
 
 void Runtime::Fail(const Status& status) {
-  std::map<std::string, Entry> failed;
+  std::multimap<std::string, Entry> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) return;
     broken_ = status;
     failed.swap(pending_);
+    missed_rounds_.clear();
+    orphan_answers_.clear();
     local_ready_.clear();
   }
   for (auto& [key, e] : failed) e.done(status);
@@ -351,8 +378,21 @@ void Runtime::Run(const std::vector<Response>& responses) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.ok()) return;
       for (const std::string& key : resp.keys) {
-        auto it = pending_.find(key);
-        if (it == pending_.end()) { missing = true; continue; }
+        auto orphan = orphan_answers_.find(key);
+        if (orphan != orphan_answers_.end()) {  // the answer to a request timed out here
+          if (--orphan->second == 0) orphan_answers_.erase(orphan);
+          missing = true;
+          continue;
+        }
+        auto it = pending_.lower_bound(key);  // the oldest request of that name
+        if (it == pending_.end() || it->first != key) {
+          // Failed for the ranks that submitted it: this rank's own request
+          // for that round, when it comes, must fail too (and not be paired
+          // with the others' next request of the name).
+          if (resp.failed()) ++missed_rounds_[key];
+          missing = true;
+          continue;
+        }
         entries.push_back(std::move(it->second));
         pending_.erase(it);
       }
@@ -419,6 +459,7 @@ void Runtime::CheckLocalTimeouts(Clock::time_point now) {
     const auto limit = Seconds(options_.timeout_s + kWorkerGraceS);
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (now - it->second.submitted > limit) {
+        ++orphan_answers_[it->first];  // the coordinator's answer may still come
         expired.push_back(std::move(it->second));
         it = pending_.erase(it);
       } else {

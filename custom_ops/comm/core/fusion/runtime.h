@@ -26,7 +26,7 @@ namespace tfx::comm {
 
 // One tensor of a collective call.
 struct Entry {
-  EntryMeta meta;  // meta.key is the call's name; the runtime appends "#<occurrence>"
+  EntryMeta meta;  // meta.key is the call's name (see messages.h: matched FIFO per name)
   const void* input = nullptr;
   void* output = nullptr;                       // allreduce, broadcast: preallocated
   std::function<void*(int64_t dim0)> allocate;  // allgather: output for the total dim 0
@@ -61,6 +61,9 @@ class Runtime {
   bool Drive(const std::function<bool()>& finished, Clock::duration budget);
   void Stop();  // joins the thread, fails what is still pending
   Status broken() const;
+  // How many names this rank (and, on rank 0, the coordinator) holds state
+  // for: zero once every collective completed (the memory tests check it).
+  size_t names_held() const;
 
  private:
   void Loop();
@@ -104,10 +107,18 @@ class Runtime {
   std::atomic<int> drivers_{0};  // callers in Drive
   std::atomic<bool> sleeping_{false};  // loop thread is (about to be) blocked in poll
 
+  std::mutex submit_mu_;  // one Submit at a time, so READYs leave in pending_'s order
   mutable std::mutex mu_;
   Status broken_;                         // guarded by mu_
-  std::map<std::string, Entry> pending_;  // guarded by mu_
-  std::map<std::string, int64_t> occurrences_;  // guarded by mu_
+  // Submitted, not yet run; equal names in submission order (FIFO).
+  std::multimap<std::string, Entry> pending_;  // guarded by mu_
+  // Requests of a name this rank gave up on while the other ranks' answer
+  // for them is still to come: a failed round it never submitted to (the
+  // coordinator timed the others out), or one it timed out locally. The
+  // next submission / answer of that name belongs to that round, not to a
+  // newer request. Touched on error paths only; a name leaves at zero.
+  std::map<std::string, int> missed_rounds_;   // guarded by mu_: submissions to fail
+  std::map<std::string, int> orphan_answers_;  // guarded by mu_: answers to drop
   std::vector<EntryMeta> local_ready_;    // rank 0: submitted, not yet in the table
   std::thread thread_;
 };
