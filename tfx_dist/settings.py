@@ -97,6 +97,11 @@ SETTINGS = {
                 "`auto` does when there are two hosts or more and one has several "
                 "processes; `on` whenever there is more than one process; `off` keeps "
                 "the flat ring (whose order follows the hosts in every mode)."),
+        Setting("TFX_HYBRID_SHARD_MIN_BYTES", 4 << 20, int,
+                "HybridStrategy: a `ShardedEmbedding` table whose rows take at least this "
+                "many bytes (input_dim * output_dim * 4) is sharded over the workers; a "
+                "smaller one is replicated on every worker (its gradient all-reduced). A "
+                "layer's `placement=` argument overrides the rule."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, int,
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),

@@ -18,6 +18,7 @@ import tensorflow as tf
 from tfx_dist.layers import embedding_tables
 
 _COMBINERS = (None, "sum", "mean", "sqrtn")
+_PLACEMENTS = (None, "sharded", "replicated")
 
 
 class ShardedEmbedding(keras.layers.Layer):
@@ -46,6 +47,10 @@ class ShardedEmbedding(keras.layers.Layer):
       embeddings_initializer: initializer of the rows (a local table uses
         Keras's; parameter servers use a deterministic function of the row
         id with the same distribution).
+      placement: where `tfx_dist.HybridStrategy` keeps the table: ``"sharded"``
+        (rows spread over the workers), ``"replicated"`` (a whole copy on
+        every worker, its gradient all-reduced) or ``None`` (by size: see
+        ``TFX_HYBRID_SHARD_MIN_BYTES``). Other strategies ignore it.
       **kwargs: the usual Keras layer arguments (``name``, ``dtype``...).
 
     Raises:
@@ -53,7 +58,7 @@ class ShardedEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, input_dim: int | None, output_dim: int, combiner: str | None = None,
-                 embeddings_initializer="uniform", **kwargs):
+                 embeddings_initializer="uniform", placement: str | None = None, **kwargs):
         super().__init__(**kwargs)
         if input_dim is not None and (not isinstance(input_dim, int) or input_dim < 1):
             raise ValueError(f"Expected `input_dim` to be a positive int or None. Received: "
@@ -64,6 +69,10 @@ class ShardedEmbedding(keras.layers.Layer):
         if combiner not in _COMBINERS:
             raise ValueError(f"Expected `combiner` to be one of {_COMBINERS}. Received: "
                              f"combiner={combiner!r}")
+        if placement not in _PLACEMENTS:
+            raise ValueError(f"Expected `placement` to be one of {_PLACEMENTS}. Received: "
+                             f"placement={placement!r}")
+        self.placement = placement
         self.input_dim = input_dim
         self.output_dim = output_dim
         self.combiner = combiner
@@ -98,7 +107,7 @@ class ShardedEmbedding(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(input_dim=self.input_dim, output_dim=self.output_dim, combiner=self.combiner,
-                      embeddings_initializer=keras.initializers.serialize(
+                      placement=self.placement, embeddings_initializer=keras.initializers.serialize(
                           self.embeddings_initializer))
         return config
 
@@ -107,10 +116,11 @@ def _refuse_keras_file_of_remote_table(layer, what):
     """Keras's one-file saves would keep only the table's stand-in variable, not its rows."""
     if layer.table is not None and not isinstance(layer.table, embedding_tables.LocalTable):
         raise NotImplementedError(
-            f"ShardedEmbedding '{layer.name}': Keras's {what} cannot hold a table that lives on "
-            "parameter servers yet (its rows would be lost). Save and restore the model with "
-            "tf.train.Checkpoint or tf.train.CheckpointManager: each server writes its own shard "
-            "beside the checkpoint, and a checkpoint restores into any number of servers.")
+            f"ShardedEmbedding '{layer.name}': Keras's {what} cannot hold a sharded table yet "
+            "(on parameter servers or spread over the workers: its rows would be lost). Save and "
+            "restore the model with tf.train.Checkpoint or tf.train.CheckpointManager: each "
+            "shard is written beside the checkpoint, and a checkpoint restores into any number "
+            "of shards.")
 
 
 def _flatten(inputs, combiner):
