@@ -30,20 +30,20 @@ items = rs.randint(0, ROWS, (256, 3)).astype("int64")
 colors = rs.randint(0, COLORS, (256, 1)).astype("int64")
 dense = rs.normal(size=(256, 2)).astype("float32")
 labels = (((items[:, 0] % 2) == 0) ^ (dense[:, 0] > 1.0)).astype("float32")[:, None]
-x = {"items": items, "colors": colors, "dense": dense}
+x = {"items": items, "colors": colors, "dense_features": dense}
 
 strategy = tfx_dist.HybridStrategy() if MODE != "reference" else tf.distribute.get_strategy()
 with strategy.scope():
     inputs = {"items": keras.Input((3,), dtype="int64", name="items"),
               "colors": keras.Input((1,), dtype="int64", name="colors"),
-              "dense": keras.Input((2,), name="dense_features")}
+              "dense_features": keras.Input((2,), name="dense_features")}
     item_table = tfx_dist.layers.ShardedEmbedding(ROWS, 4, combiner="mean", placement="sharded",
                                                   embeddings_initializer="zeros", name="item_table")
     color_table = tfx_dist.layers.ShardedEmbedding(
         COLORS, 2, combiner="sum", placement="replicated", name="color_table",
         embeddings_initializer=keras.initializers.RandomUniform(seed=3))
     hidden = keras.layers.Concatenate()([item_table(inputs["items"]), color_table(inputs["colors"]),
-                                         inputs["dense"]])
+                                         inputs["dense_features"]])
     hidden = keras.layers.Dense(8, activation="relu",
                                 kernel_initializer=keras.initializers.GlorotUniform(seed=5))(hidden)
     outputs = keras.layers.Dense(1, activation="sigmoid",
