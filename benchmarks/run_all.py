@@ -57,6 +57,8 @@ BENCHMARKS = [
     ("hierarchical_allreduce", "hierarchical_allreduce.py", [], [], False),
     # Multi-worker Keras fit throughput on 1, 2 and 4 one-thread workers.
     ("multi_worker_fit", "multi_worker_fit.py", [], [], False),
+    # HybridStrategy's sharded table vs mirrored keras.layers.Embedding, 2 workers, 100K-10M rows.
+    ("hybrid_embedding", "hybrid_embedding.py", [], [], False),
 ]
 
 
