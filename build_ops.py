@@ -79,7 +79,8 @@ LIBRARIES = (
         deps=("libtfx_comm",),
         link_flags=("-Wl,-soname,libtfx_embedding.so",),
     ),
-    # TensorFlow ops over the parameter-server client (TfxPsLookup, TfxPsPush, TfxPsStepDone).
+    # TensorFlow ops over the parameter-server client (TfxPsLookup, TfxPsPush, TfxPsStepDone)
+    # and over an in-process table shard (TfxStoreLookup, TfxStoreApply: HybridStrategy).
     Library(
         name="_ps_ops",
         source_globs=("custom_ops/embedding/cc/**/*.cc",),

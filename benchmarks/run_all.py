@@ -61,6 +61,8 @@ BENCHMARKS = [
     # vs TF's PS and a dense Embedding under MWMS, and worker memory as the table grows.
     ("ps_lookup", "ps_lookup.py", [], [], False),
     ("ps_ctr", "ps_ctr.py", [], [], False),
+    # HybridStrategy's sharded table vs mirrored keras.layers.Embedding, 2 workers, 100K-10M rows.
+    ("hybrid_embedding", "hybrid_embedding.py", [], [], False),
 ]
 
 

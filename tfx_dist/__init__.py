@@ -21,6 +21,7 @@ _EXPORTS = {
     "BackupAndRestore": "tfx_dist.checkpointing",
     "CentralStorageStrategy": "tfx_dist.central_storage_strategy",
     "FusedAllReduce": "tfx_dist.cross_device_ops",
+    "HybridStrategy": "tfx_dist.hybrid_strategy",
     "MirroredStrategy": "tfx_dist.mirrored_strategy",
     "MultiWorkerMirroredStrategy": "tfx_dist.multi_worker_mirrored_strategy",
     "OpLibraryError": "tfx_dist._ops",

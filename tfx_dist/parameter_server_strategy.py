@@ -158,8 +158,15 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
 
     def run(self, fn, args=(), kwargs=None, options=None):
         """`tf.distribute.Strategy.run`, then the end of this worker's step on the servers."""
-        with self.extended.collecting_pushes() as pushes:
-            result = super().run(fn, args=args, kwargs=kwargs, options=options)
-        outputs = [t for t in tf.nest.flatten(result, expand_composites=True) if isinstance(t, tf.Tensor)]
-        self.extended.step_done(after=pushes + outputs)
-        return result
+        return run_step_on_servers(
+            self.extended, lambda: super(ParameterServerStrategy, self).run(
+                fn, args=args, kwargs=kwargs, options=options))
+
+
+def run_step_on_servers(extended: ParameterServerExtended, run):
+    """``run()`` (a `Strategy.run`), then the end of this worker's step on the servers."""
+    with extended.collecting_pushes() as pushes:
+        result = run()
+    outputs = [t for t in tf.nest.flatten(result, expand_composites=True) if isinstance(t, tf.Tensor)]
+    extended.step_done(after=pushes + outputs)
+    return result

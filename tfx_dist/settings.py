@@ -193,6 +193,11 @@ SETTINGS = {
                 "across (the bucket divided by the processes per host); smaller buckets take "
                 "the flat ring, where one latency-bound phase beats three (measured on 2 "
                 "simulated hosts: BENCHMARKS.md)."),
+        Setting("TFX_HYBRID_SHARD_MIN_BYTES", 4 << 20, _Number(int, 0, 1 << 50),
+                "HybridStrategy: a `ShardedEmbedding` table whose rows take at least this "
+                "many bytes (input_dim * output_dim * 4) is sharded over the workers; a "
+                "smaller one is replicated on every worker (its gradient all-reduced). A "
+                "layer's `placement=` argument overrides the rule."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, _Number(int, 1, 1 << 40),
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),

@@ -18,7 +18,7 @@ its last request completes. Eager and numpy calls without a name must
 therefore be made by every rank in the same order.
 
 Each tensor of the call is ``<group>/<i>``, except the single tensor of an
-all-gather, which is ``<group>``.
+all-gather, all-to-all or reduce-scatter, which is ``<group>``.
 """
 
 from __future__ import annotations
@@ -28,16 +28,18 @@ import threading
 __all__ = ["collective_names"]
 
 _lock = threading.Lock()
+_SINGLE_TENSOR_KINDS = ("allgather", "alltoall", "reducescatter")
 
 
 def group_name(kind: str, name: str | None = None, counter=None) -> str:
     """The group name of one call of collective ``kind`` (see the module docstring).
 
     Args:
-      kind: ``"allreduce"``, ``"allgather"``, ``"broadcast"``.
+      kind: ``"allreduce"``, ``"allgather"``, ``"broadcast"``, ``"alltoall"``,
+        ``"reducescatter"``.
       name: the caller's name for the call, or None.
       counter: for the numpy API, the communicator's ``itertools.count``;
-        None for TensorFlow ops (graph name, or the process-wide eager count).
+        None for TensorFlow ops (the graph's unique name, or ``eager.<kind>``).
     """
     if name:
         return name
@@ -54,7 +56,7 @@ def group_name(kind: str, name: str | None = None, counter=None) -> str:
 
 def tensor_names(kind: str, group: str, count: int) -> list[str]:
     """The names of the ``count`` tensors of a call named ``group``."""
-    if kind == "allgather":
+    if kind in _SINGLE_TENSOR_KINDS:
         return [group]
     return [f"{group}/{i}" for i in range(count)]
 

@@ -57,6 +57,7 @@ _SIGNATURES = {
     "tfx_emb_read_record": [ctypes.c_int64, ctypes.c_int64, _f32_p, ctypes.c_int64] + _err,
     "tfx_emb_save": [ctypes.c_int64, ctypes.c_char_p] + _err,
     "tfx_emb_restore": [ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32] + _err,
+    "tfx_emb_set_optimizer": [ctypes.c_int64, ctypes.POINTER(OptimizerConfig)] + _err,
     "tfx_emb_shard_of": [_i64_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
                          ctypes.POINTER(ctypes.c_int32)] + _err,
 }

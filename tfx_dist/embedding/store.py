@@ -355,6 +355,20 @@ class TableShard:
                                        _ptr(grads, ctypes.c_float), float(learning_rate), int(step),
                                        err, _native.ERR_LEN), err)
 
+    @property
+    def handle(self) -> int:
+        """The shard's id in libtfx_embedding (the ``handle`` of the TfxStore* ops)."""
+        return self._handle
+
+    def set_optimizer(self, optimizer: Optimizer) -> None:
+        """Trains the shard with ``optimizer`` from now on: stored rows keep their
+        values, their slots restart from the new optimizer's initial values."""
+        err = _err()
+        _check(self._lib.tfx_emb_set_optimizer(self._handle, ctypes.byref(optimizer_config(optimizer)),
+                                               err, _native.ERR_LEN), err)
+        info = self._info()
+        self.num_slots, self.record_floats = info.num_slots, info.record_floats
+
     def read_record(self, row_id: int) -> np.ndarray:
         """Row ``row_id``'s record, shape (1 + num_slots, dim): its value, then each slot."""
         out = np.empty((1 + self.num_slots, self.dim), np.float32)

@@ -18,6 +18,7 @@ import tensorflow as tf
 from tfx_dist.layers import embedding_tables
 
 _COMBINERS = (None, "sum", "mean", "sqrtn")
+_PLACEMENTS = (None, "sharded", "replicated")
 
 
 class ShardedEmbedding(keras.layers.Layer):
@@ -46,6 +47,10 @@ class ShardedEmbedding(keras.layers.Layer):
       embeddings_initializer: initializer of the rows (a local table uses
         Keras's; parameter servers use a deterministic function of the row
         id with the same distribution).
+      placement: where `tfx_dist.HybridStrategy` keeps the table: ``"sharded"``
+        (rows spread over the workers), ``"replicated"`` (a whole copy on
+        every worker, its gradient all-reduced) or ``None`` (by size: see
+        ``TFX_HYBRID_SHARD_MIN_BYTES``). Other strategies ignore it.
       **kwargs: the usual Keras layer arguments (``name``, ``dtype``...).
 
     Raises:
@@ -53,7 +58,7 @@ class ShardedEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, input_dim: int | None, output_dim: int, combiner: str | None = None,
-                 embeddings_initializer="uniform", **kwargs):
+                 embeddings_initializer="uniform", placement: str | None = None, **kwargs):
         super().__init__(**kwargs)
         if input_dim is not None and (not isinstance(input_dim, int) or input_dim < 1):
             raise ValueError(f"Expected `input_dim` to be a positive int or None. Received: "
@@ -64,6 +69,10 @@ class ShardedEmbedding(keras.layers.Layer):
         if combiner not in _COMBINERS:
             raise ValueError(f"Expected `combiner` to be one of {_COMBINERS}. Received: "
                              f"combiner={combiner!r}")
+        if placement not in _PLACEMENTS:
+            raise ValueError(f"Expected `placement` to be one of {_PLACEMENTS}. Received: "
+                             f"placement={placement!r}")
+        self.placement = placement
         self.input_dim = input_dim
         self.output_dim = output_dim
         self.combiner = combiner
@@ -83,6 +92,7 @@ class ShardedEmbedding(keras.layers.Layer):
         return _combine(rows, segments, num_segments, self.combiner)
 
     def save_own_variables(self, store):
+        _refuse_keras_file_of_worker_shards(self, "save_weights / save")
         super().save_own_variables(store)
         # A table on parameter servers: its servers write the rows beside Keras's file.
         save_rows = getattr(self.table, "save_to_keras_store", None)
@@ -90,6 +100,7 @@ class ShardedEmbedding(keras.layers.Layer):
             save_rows(store)
 
     def load_own_variables(self, store):
+        _refuse_keras_file_of_worker_shards(self, "load_weights / load_model")
         load_rows = getattr(self.table, "load_from_keras_store", None)
         if load_rows is None:
             super().load_own_variables(store)
@@ -105,9 +116,22 @@ class ShardedEmbedding(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(input_dim=self.input_dim, output_dim=self.output_dim, combiner=self.combiner,
-                      embeddings_initializer=keras.initializers.serialize(
+                      placement=self.placement, embeddings_initializer=keras.initializers.serialize(
                           self.embeddings_initializer))
         return config
+
+
+def _refuse_keras_file_of_worker_shards(layer, what):
+    """A table sharded over the workers (HybridStrategy) has no Keras-file form yet: Keras's
+    one-file saves would keep only its stand-in variable, not its rows."""
+    table = layer.table
+    if (table is not None and not isinstance(table, embedding_tables.LocalTable)
+            and not hasattr(table, "save_to_keras_store")):
+        raise NotImplementedError(
+            f"ShardedEmbedding '{layer.name}': Keras's {what} cannot hold a table sharded over "
+            "the workers yet (its rows would be lost). Save and restore the model with "
+            "tf.train.Checkpoint or tf.train.CheckpointManager: each worker writes its shard "
+            "beside the checkpoint, and a checkpoint restores into any number of workers.")
 
 
 def _flatten(inputs, combiner):

@@ -4,9 +4,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <algorithm>
+#include <vector>
 
 #include "custom_ops/embedding/core/c_config.h"
 #include "custom_ops/embedding/core/checkpoint.h"
+#include "custom_ops/embedding/core/optimizers.h"
 #include "custom_ops/embedding/core/table.h"
 
 using tfx::embedding::Code;
@@ -136,6 +139,36 @@ int32_t tfx_emb_restore(int64_t id, const char* const* paths, int32_t n_paths, c
     }
     return tfx::embedding::RestoreShard(t, files);
   });
+}
+
+int32_t tfx_emb_set_optimizer(int64_t id, const tfx_emb_optimizer* optimizer, char* err, int32_t err_len) {
+  if (optimizer == nullptr) return Report(InvalidArgument("optimizer must not be null"), err, err_len);
+  const tfx::embedding::OptimizerConfig rule = tfx::embedding::OptimizerFromC(*optimizer);
+  Status st = tfx::embedding::ValidateOptimizer(rule);
+  if (!st.ok()) return Report(st, err, err_len);
+  std::shared_ptr<TableShard> old;
+  st = Find(id, &old);
+  if (!st.ok()) return Report(st, err, err_len);
+  // A new shard with this optimizer's slots; stored rows keep their values
+  // (as the parameter server's SetOptimizer does).
+  tfx::embedding::TableConfig config = old->config();
+  config.optimizer = rule;
+  std::unique_ptr<TableShard> fresh;
+  st = TableShard::Create(config, &fresh);
+  if (!st.ok()) return Report(st, err, err_len);
+  const int64_t dim = config.dim;
+  std::vector<float> record(static_cast<size_t>(fresh->record_floats()));
+  st = fresh->Replace([&](const TableShard::PutFn& put) {
+    return old->ForEachStoredRow([&](int64_t row, const float* old_record) {
+      std::copy(old_record, old_record + dim, record.begin());
+      tfx::embedding::InitialSlots(rule, dim, record.data() + dim);
+      return put(row, record.data());
+    });
+  });
+  if (!st.ok()) return Report(st, err, err_len);
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_tables[id] = std::shared_ptr<TableShard>(std::move(fresh));
+  return 0;
 }
 
 int32_t tfx_emb_shard_of(const int64_t* ids, int64_t n, int32_t num_shards, int32_t dynamic, int32_t* out,

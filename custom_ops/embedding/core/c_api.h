@@ -93,6 +93,11 @@ TFX_EMB_API int32_t tfx_emb_save(int64_t id, const char* path, char* err, int32_
 TFX_EMB_API int32_t tfx_emb_restore(int64_t id, const char* const* paths, int32_t n_paths, char* err,
                                     int32_t err_len);
 
+/* Replaces the table's optimizer: stored rows keep their values, every slot
+ * restarts from the new optimizer's initial value. The handle stays. */
+TFX_EMB_API int32_t tfx_emb_set_optimizer(int64_t id, const tfx_emb_optimizer* optimizer, char* err,
+                                          int32_t err_len);
+
 /* The sharding rule: out[i] = the shard of ids[i] among num_shards. */
 TFX_EMB_API int32_t tfx_emb_shard_of(const int64_t* ids, int64_t n, int32_t num_shards, int32_t dynamic,
                                      int32_t* out, char* err, int32_t err_len);

@@ -1,0 +1,112 @@
+"""Worker script: a click model under tfx_dist.HybridStrategy, every way Keras drives it.
+
+A sharded table ("items", rows spread over the workers), a replicated one
+("colors"), dense features and an MLP. The script runs `fit` (validation data
+and a callback), `evaluate`, a custom loop (`strategy.run` in `tf.function`)
+and `predict`, then reports every number the test compares.
+
+Environment: MODE=hybrid|reference (reference: one process, no strategy,
+the same global batches), CKPT=<folder>: after training, save a
+`tf.train.Checkpoint` there (every worker); MODE=restore: build the model
+under HybridStrategy, restore CKPT and report the table's rows.
+The sharded table starts at zeros, the rest from fixed seeds, so every mode
+starts from the same weights. Adagrad: lazy sparse updates equal dense ones.
+"""
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfx_dist
+from worker_lib import report
+
+MODE = os.environ.get("MODE", "hybrid")
+CKPT = os.environ.get("CKPT")
+ROWS, COLORS, GLOBAL_BATCH = 40, 5, 32
+
+rs = np.random.RandomState(0)
+items = rs.randint(0, ROWS, (256, 3)).astype("int64")
+colors = rs.randint(0, COLORS, (256, 1)).astype("int64")
+dense = rs.normal(size=(256, 2)).astype("float32")
+labels = (((items[:, 0] % 2) == 0) ^ (dense[:, 0] > 1.0)).astype("float32")[:, None]
+x = {"items": items, "colors": colors, "dense_features": dense}
+
+strategy = tfx_dist.HybridStrategy() if MODE != "reference" else tf.distribute.get_strategy()
+with strategy.scope():
+    inputs = {"items": keras.Input((3,), dtype="int64", name="items"),
+              "colors": keras.Input((1,), dtype="int64", name="colors"),
+              "dense_features": keras.Input((2,), name="dense_features")}
+    item_table = tfx_dist.layers.ShardedEmbedding(ROWS, 4, combiner="mean", placement="sharded",
+                                                  embeddings_initializer="zeros", name="item_table")
+    color_table = tfx_dist.layers.ShardedEmbedding(
+        COLORS, 2, combiner="sum", placement="replicated", name="color_table",
+        embeddings_initializer=keras.initializers.RandomUniform(seed=3))
+    hidden = keras.layers.Concatenate()([item_table(inputs["items"]), color_table(inputs["colors"]),
+                                         inputs["dense_features"]])
+    hidden = keras.layers.Dense(8, activation="relu",
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=5))(hidden)
+    outputs = keras.layers.Dense(1, activation="sigmoid",
+                                 kernel_initializer=keras.initializers.GlorotUniform(seed=7))(hidden)
+    model = keras.Model(inputs, outputs)
+    model.compile(keras.optimizers.Adagrad(0.3), "binary_crossentropy", metrics=["accuracy"])
+every_id = np.arange(ROWS)[:, None].repeat(3, axis=1)  # mean of three copies of a row: the row
+
+if MODE == "restore":
+    tf.train.Checkpoint(model=model).read(os.path.join(CKPT, "ckpt")).expect_partial()
+    report({"rows": item_table(every_id).numpy().tolist(),
+            "table_kind": type(item_table.table).__name__,
+            "color_kind": type(color_table.table).__name__})
+    raise SystemExit(0)
+
+
+class CountEpochs(keras.callbacks.Callback):
+    epochs = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        CountEpochs.epochs += 1
+
+
+train = {k: v[:192] for k, v in x.items()}
+val = ({k: v[192:] for k, v in x.items()}, labels[192:])
+history = model.fit(train, labels[:192], batch_size=GLOBAL_BATCH, epochs=2, shuffle=False,
+                    verbose=0, validation_data=val, callbacks=[CountEpochs()])
+evaluation = model.evaluate(*val, batch_size=GLOBAL_BATCH, verbose=0)
+
+# A custom loop over the same data: strategy.run inside tf.function.
+loss_fn = keras.losses.BinaryCrossentropy(reduction="sum")
+dataset = tf.data.Dataset.from_tensor_slices((train, labels[:192])).batch(GLOBAL_BATCH)
+distributed = strategy.experimental_distribute_dataset(dataset)
+
+
+@tf.function
+def custom_step(batch):
+    def replica_step(features, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(features, training=True)) / GLOBAL_BATCH
+        grads = tape.gradient(loss, model.trainable_variables)
+        model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    per_replica = strategy.run(replica_step, args=batch)
+    return strategy.reduce("SUM", per_replica, axis=None)
+
+
+custom_losses = [float(custom_step(batch)) for batch in distributed]
+
+if CKPT:
+    from tfx_dist.checkpointing import write_filepath
+
+    tf.train.Checkpoint(model=model).write(write_filepath(os.path.join(CKPT, "ckpt"), strategy))
+
+report({"loss": history.history["loss"], "val_loss": history.history["val_loss"],
+        "epochs_seen": CountEpochs.epochs, "evaluate": [float(v) for v in evaluation],
+        "custom_losses": custom_losses,
+        "rows": item_table(every_id).numpy().tolist(),
+        "colors": np.asarray(color_table.table.embeddings.numpy()).tolist(),
+        "dense": [np.asarray(w).tolist() for layer in model.layers[-2:] for w in layer.get_weights()],
+        "predictions": model.predict(x, batch_size=GLOBAL_BATCH, verbose=0).tolist(),
+        "table_kind": type(item_table.table).__name__,
+        "color_kind": type(color_table.table).__name__,
+        "stored_rows": (item_table.table.shard.stored_rows
+                        if hasattr(item_table.table, "shard") else None)})
