@@ -71,6 +71,9 @@ typedef struct {
   int32_t use_shm;       /* shared memory between same-host ranks */
   int64_t chunk_bytes;   /* ring pipelining granularity */
   int32_t hierarchical;  /* a TFX_HIERARCHICAL_ code */
+  /* auto only: a bucket goes through hosts when each process of a host
+   * carries at least this many bytes of it across (TFX_HIERARCHICAL_MIN_STRIPE_BYTES) */
+  int64_t hierarchical_min_stripe_bytes;
 } tfx_comm_options;
 
 /* The runtime's defaults, for C callers (the C++ tests). Python passes every
