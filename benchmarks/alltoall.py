@@ -122,7 +122,8 @@ def markdown(result: dict) -> str:
     lines = ["## Cross-process all-to-all (float32, numpy API, loopback)", "",
              "Each rank holds S bytes split evenly over the ranks; median time per call on rank 0. "
              "`allgather+slice` all-gathers every rank's tensor and splits, then keeps its rows "
-             "(the way to do it without an all-to-all). Same run, interleaved.", "",
+             "(the way to do it without an all-to-all). Same run, interleaved"
+             + (" (`--quick`: 5 rounds, few calls each; rough figures)." if result.get("quick") else "."), "",
              "| ranks | S per rank | alltoall | allgather+slice | alltoall speed-up |", "|---|---|---|---|---|"]
     for nprocs, by_size in result["runs"].items():
         for nbytes, t in by_size.items():
