@@ -50,7 +50,8 @@ def block(dim0: int, size: int, r: int) -> slice:
 def main():
     rank, addresses = int(sys.argv[2]), json.loads(sys.argv[3])
     size = len(addresses)
-    comm = Communicator(rank, size, addresses, timeout_s=30)
+    # Generous: under load the three TensorFlow imports can finish far apart.
+    comm = Communicator(rank, size, addresses, timeout_s=120)
     result = {}
 
     # numpy API

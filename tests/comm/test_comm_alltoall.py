@@ -9,7 +9,7 @@ import comm_procs as procs  # noqa: E402
 
 
 def test_alltoall_and_reducescatter_across_three_processes():
-    results = procs.run("alltoall_worker.py", "a2a", 3, timeout=240)
+    results = procs.run("alltoall_worker.py", "a2a", 3, timeout=420)
     for r in results:
         res = r.result
         assert "one split per rank (3); got 4" in res["bad_splits_np"], res

@@ -125,8 +125,12 @@ def reduce_scatter(tensor, communicator, reduction: str = "sum", name: str | Non
     Process r receives the reduction over processes of block r of
     dimension 0. Blocks are as even as possible, the first
     ``shape[0] % size`` processes getting one row more: process r gets
-    ``shape[0] // size + (r < shape[0] % size)`` rows (Horovod's
-    convention). Every process passes the same shape and dtype.
+    ``shape[0] // size + (r < shape[0] % size)`` rows: Horovod's convention
+    (``ReducescatterOp::ComputeOutputShapeForRank`` in
+    horovod/common/ops/collective_operations.cc; its docs say only that dim 0
+    "will be divided across the different Horovod processes"). Unlike
+    ``hvd.reducescatter`` (default ``op=Average``) the default here is
+    ``"sum"``. Every process passes the same shape and dtype.
 
     Args:
       tensor: a tensor of rank >= 1 (float16, bfloat16, float32, float64,
