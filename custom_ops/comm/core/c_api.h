@@ -57,6 +57,10 @@ enum {
  * ranks or more. */
 enum { TFX_HIERARCHICAL_OFF = 0, TFX_HIERARCHICAL_ON = 1, TFX_HIERARCHICAL_AUTO = 2 };
 
+/* TFX_WIRE_PROTECTION of TCP data connections (core/transport/frame_protection.h):
+ * none, integrity (AES-GCM tag, payload in clear), encrypt (AES-GCM). */
+enum { TFX_WIRE_NONE = 0, TFX_WIRE_INTEGRITY = 1, TFX_WIRE_ENCRYPT = 2 };
+
 /* Every field is used as given: start from tfx_comm_default_options(). */
 typedef struct {
   double timeout_s;      /* bound on every wait */
@@ -65,6 +69,11 @@ typedef struct {
   int32_t use_shm;       /* shared memory between same-host ranks */
   int64_t chunk_bytes;   /* ring pipelining granularity */
   int32_t hierarchical;  /* a TFX_HIERARCHICAL_ code */
+  int32_t wire_protection;  /* a TFX_WIRE_ code */
+  /* With wire protection: 64 bytes per rank (size * 64, indexed by peer): the
+   * key this rank sends with, then the one it receives with, on the data
+   * connection to that peer (derived by the rendezvous). Read during create only. */
+  const uint8_t* wire_keys;
 } tfx_comm_options;
 
 /* The runtime's defaults, for C callers (the C++ tests). Python passes every

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "custom_ops/comm/core/transport/socket_io.h"
@@ -21,6 +22,20 @@ TcpPair::TcpPair(int rank, int peer, int fd) : Pair(rank, peer), fd_(fd), stagin
   SetNonBlocking(fd_);
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+Status TcpPair::Create(int rank, int peer, int fd, const WireKeys* keys, std::unique_ptr<Pair>* out) {
+  std::unique_ptr<TcpPair> pair(new TcpPair(rank, peer, fd));
+  if (keys != nullptr && keys->mode != WireProtection::kNone) {
+    TFX_RETURN_IF_ERROR(FrameProtection::Create(keys->mode, keys->send, /*sealing=*/true, &pair->sealer_));
+    TFX_RETURN_IF_ERROR(FrameProtection::Create(keys->mode, keys->recv, /*sealing=*/false, &pair->opener_));
+    pair->frame_bytes_ = std::max<size_t>(4096, std::min(keys->frame_bytes, kMaxFramePayload));
+    pair->out_frame_.resize(kFrameHeaderBytes + kMaxFramePayload + kFrameTagBytes);
+    pair->in_frame_.resize(kFrameHeaderBytes + kMaxFramePayload + kFrameTagBytes);
+    pair->ready_.resize(kMaxFramePayload + 64);
+  }
+  *out = std::move(pair);
+  return Status::Ok();
 }
 
 TcpPair::~TcpPair() {
@@ -43,6 +58,7 @@ Status TcpPair::SocketError(const char* what, int err) const {
 }
 
 Status TcpPair::TrySend(const char* data, size_t n, size_t* moved) {
+  if (sealer_) return TrySendFramed(data, n, moved);
   *moved = 0;
   while (*moved < n) {
     ssize_t r = send(fd_, data + *moved, n - *moved, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -55,6 +71,7 @@ Status TcpPair::TrySend(const char* data, size_t n, size_t* moved) {
 }
 
 Status TcpPair::TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) {
+  if (opener_) return TryRecvFramed(consumer, n, moved);
   *moved = 0;
   if (n == 0) return Status::Ok();
   if (char* dst = consumer.destination()) {  // copy: receive straight into place
@@ -83,6 +100,95 @@ Status TcpPair::TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) {
     }
     carry_ = have - whole;
     *moved += whole;
+  }
+  return Status::Ok();
+}
+
+Status TcpPair::TrySendFramed(const char* data, size_t n, size_t* moved) {
+  *moved = 0;
+  while (*moved < n) {
+    if (out_payload_ == 0) {  // seal the next frame from what is offered
+      const size_t len = std::min(n - *moved, frame_bytes_);
+      TFX_RETURN_IF_ERROR(sealer_->Seal(data + *moved, len, out_frame_.data()));
+      out_payload_ = len;
+      out_sent_ = 0;
+    } else if (out_payload_ > n - *moved) {
+      return Status(Code::kInternal, "tfx_dist: rank " + std::to_string(rank_) + ": a send to rank " +
+                                         std::to_string(peer_) + " was offered fewer bytes than it had sealed");
+    }
+    const size_t frame = kFrameHeaderBytes + out_payload_ + kFrameTagBytes;
+    while (out_sent_ < frame) {
+      ssize_t r = send(fd_, out_frame_.data() + out_sent_, frame - out_sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r > 0) { out_sent_ += static_cast<size_t>(r); continue; }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::Ok();
+      return SocketError("send", r == 0 ? 0 : errno);
+    }
+    *moved += out_payload_;  // the whole frame is out: its bytes count as sent
+    out_payload_ = 0;
+  }
+  return Status::Ok();
+}
+
+Status TcpPair::ReadFrame(bool* opened, bool* would_block) {
+  *opened = *would_block = false;
+  while (true) {
+    size_t need = kFrameHeaderBytes;
+    uint32_t len = 0;
+    if (in_have_ >= kFrameHeaderBytes) {
+      for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(static_cast<uint8_t>(in_frame_[i])) << (8 * i);
+      if (len > kMaxFramePayload)  // unauthenticated yet: refuse before reading it
+        return Status(Code::kProtocol, "tfx_dist: rank " + std::to_string(rank_) + ": a frame from rank " +
+                                           std::to_string(peer_) + " claims " + std::to_string(len) +
+                                           " bytes (at most " + std::to_string(kMaxFramePayload) +
+                                           "): the connection was tampered with or corrupted");
+      need = kFrameHeaderBytes + len + kFrameTagBytes;
+    }
+    if (in_have_ == need) {
+      // Compact the undelivered partial element to the front, append the payload after it.
+      std::memmove(ready_.data(), ready_.data() + ready_begin_, ready_end_ - ready_begin_);
+      ready_end_ -= ready_begin_;
+      ready_begin_ = 0;
+      if (ready_end_ + len > ready_.size()) ready_.resize(ready_end_ + len);
+      Status s = opener_->Open(in_frame_.data(), len, ready_.data() + ready_end_);
+      if (!s.ok())
+        return Status(Code::kProtocol, "tfx_dist: rank " + std::to_string(rank_) + ": data from rank " +
+                                           std::to_string(peer_) + ": " + s.message());
+      ready_end_ += len;
+      in_have_ = 0;
+      *opened = true;
+      return Status::Ok();
+    }
+    ssize_t r = recv(fd_, in_frame_.data() + in_have_, need - in_have_, MSG_DONTWAIT);
+    if (r > 0) { in_have_ += static_cast<size_t>(r); continue; }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { *would_block = true; return Status::Ok(); }
+    return SocketError("recv", r == 0 ? 0 : errno);
+  }
+}
+
+Status TcpPair::TryRecvFramed(RecvConsumer& consumer, size_t n, size_t* moved) {
+  *moved = 0;
+  const size_t align = consumer.align();
+  while (*moved < n) {
+    const size_t ready = ready_end_ - ready_begin_;
+    if (ready >= align) {
+      size_t k = std::min(ready, n - *moved);
+      k -= k % align;
+      if (k == 0) return Status::Ok();  // never: n counts whole elements
+      const char* src = ready_.data() + ready_begin_;
+      if (char* dst = consumer.destination()) {
+        std::memcpy(dst + *moved, src, k);
+      } else {
+        consumer.Consume(*moved, src, k);
+      }
+      ready_begin_ += k;
+      *moved += k;
+      continue;
+    }
+    bool opened, would_block;
+    TFX_RETURN_IF_ERROR(ReadFrame(&opened, &would_block));
+    if (would_block) return Status::Ok();
   }
   return Status::Ok();
 }
