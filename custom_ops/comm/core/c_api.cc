@@ -176,6 +176,9 @@ Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOp
   if (in.hierarchical < TFX_HIERARCHICAL_OFF || in.hierarchical > TFX_HIERARCHICAL_AUTO)
     return Status(Code::kInvalidArgument, "tfx_dist: invalid communicator option hierarchical " +
                                               std::to_string(in.hierarchical) + ": want 0 (off), 1 (on) or 2 (auto)");
+  if (in.hierarchical_min_stripe_bytes < 0)
+    return Status(Code::kInvalidArgument, "tfx_dist: invalid communicator option hierarchical_min_stripe_bytes " +
+                                              std::to_string(in.hierarchical_min_stripe_bytes) + ": want >= 0");
   if (!(in.timeout_s > 0) || in.bucket_bytes < 0 || !(in.cycle_time_ms >= 0) || in.chunk_bytes <= 0)
     return Status(Code::kInvalidArgument,
                   "tfx_dist: invalid communicator options (timeout_s " + std::to_string(in.timeout_s) +
@@ -188,6 +191,7 @@ Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOp
   out->use_shm = in.use_shm != 0;
   out->chunk_bytes = static_cast<size_t>(in.chunk_bytes);
   out->hierarchical = static_cast<tfx::comm::Hierarchical>(in.hierarchical);
+  out->hierarchical_min_stripe_bytes = static_cast<size_t>(in.hierarchical_min_stripe_bytes);
   out->wire_keys.clear();
   if (in.wire_protection != TFX_WIRE_NONE && size > 1) {
     out->wire_keys.resize(size);
@@ -215,6 +219,7 @@ tfx_comm_options tfx_comm_default_options(void) {
   o.use_shm = d.use_shm ? 1 : 0;
   o.chunk_bytes = static_cast<int64_t>(d.chunk_bytes);
   o.hierarchical = static_cast<int32_t>(d.hierarchical);
+  o.hierarchical_min_stripe_bytes = static_cast<int64_t>(d.hierarchical_min_stripe_bytes);
   o.wire_protection = TFX_WIRE_NONE;
   o.wire_keys = nullptr;
   return o;

@@ -69,6 +69,9 @@ typedef struct {
   int32_t use_shm;       /* shared memory between same-host ranks */
   int64_t chunk_bytes;   /* ring pipelining granularity */
   int32_t hierarchical;  /* a TFX_HIERARCHICAL_ code */
+  /* auto only: a bucket goes through hosts when each process of a host
+   * carries at least this many bytes of it across (TFX_HIERARCHICAL_MIN_STRIPE_BYTES) */
+  int64_t hierarchical_min_stripe_bytes;
   int32_t wire_protection;  /* a TFX_WIRE_ code */
   /* With wire protection: 64 bytes per rank (size * 64, indexed by peer): the
    * key this rank sends with, then the one it receives with, on the data

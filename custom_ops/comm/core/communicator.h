@@ -26,6 +26,7 @@ struct CommunicatorOptions {
   bool use_shm = true;
   size_t chunk_bytes = 128 << 10;
   Hierarchical hierarchical = Hierarchical::kAuto;
+  size_t hierarchical_min_stripe_bytes = 2 << 10;  // kAuto only (tfx_dist/settings.py says why)
   // Per peer (indexed by rank): the data connection's wire protection keys;
   // empty: none. Used by TCP pairs only (shared memory needs none).
   std::vector<WireKeys> wire_keys;
@@ -76,6 +77,7 @@ class Communicator {
   std::vector<std::unique_ptr<Pair>> pairs_;
   Topology topology_;
   bool hierarchical_ = false;
+  size_t hierarchical_min_bytes_ = 0;  // buckets below this take the flat ring
   std::unique_ptr<Runtime> runtime_;
   FusionBuffer fusion_buffer_;  // used by whoever runs the runtime's Step
   std::vector<std::unique_ptr<Executor>> executors_;  // by OpType code, made on first use
