@@ -64,6 +64,27 @@ Status FrameProtection::Seal(const char* in, size_t len, char* out) {
   return Status::Ok();
 }
 
+Status FrameProtection::SealHeaderAndTag(const char* in, size_t len, char header[kFrameHeaderBytes],
+                                         char tag[kFrameTagBytes]) {
+  if (mode_ != WireProtection::kIntegrity || len > kMaxFramePayload)
+    return Status(Code::kInternal, "tfx_dist: SealHeaderAndTag is for integrity frames only");
+  uint8_t iv[12];
+  Nonce(iv);
+  EVP_CIPHER_CTX* ctx = Ctx(ctx_);
+  PutU32(header, static_cast<uint32_t>(len));
+  int n = 0, fin = 0;
+  const bool ok =
+      EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv) &&
+      EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(header), kFrameHeaderBytes) &&
+      (len == 0 || EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(in),
+                                     static_cast<int>(len))) &&
+      EVP_EncryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(tag), &fin) &&
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kFrameTagBytes, tag);
+  if (!ok) return Status(Code::kInternal, "tfx_dist: OpenSSL failed to seal a frame");
+  ++counter_;
+  return Status::Ok();
+}
+
 Status FrameProtection::Open(const char* frame, size_t payload_len, char* out) {
   uint8_t iv[12];
   Nonce(iv);

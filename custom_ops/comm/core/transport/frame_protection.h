@@ -50,12 +50,16 @@ class FrameProtection {
   // Writes frame n (n = frames sealed so far) of payload [in, in + len) to
   // out, which holds len + kFrameHeaderBytes + kFrameTagBytes bytes.
   Status Seal(const char* in, size_t len, char* out);
+  // Integrity mode without a copy: the frame is header | in | tag, with the
+  // payload sent from where it lies (writev).
+  Status SealHeaderAndTag(const char* in, size_t len, char header[kFrameHeaderBytes], char tag[kFrameTagBytes]);
   // Checks the next frame (header, payload, tag as received) and writes its
   // plaintext payload to out (payload_len bytes). On a failed check nothing
   // is written to out and the error says so (the caller names the peer).
   Status Open(const char* frame, size_t payload_len, char* out);
 
   uint64_t frames() const { return counter_; }
+  WireProtection mode() const { return mode_; }
 
  private:
   FrameProtection(WireProtection mode, void* ctx) : mode_(mode), ctx_(ctx) {}

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,19 +107,44 @@ Status TcpPair::TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) {
 
 Status TcpPair::TrySendFramed(const char* data, size_t n, size_t* moved) {
   *moved = 0;
+  const bool in_place = sealer_->mode() == WireProtection::kIntegrity;
   while (*moved < n) {
+    const char* payload = data + *moved;
     if (out_payload_ == 0) {  // seal the next frame from what is offered
       const size_t len = std::min(n - *moved, frame_bytes_);
-      TFX_RETURN_IF_ERROR(sealer_->Seal(data + *moved, len, out_frame_.data()));
+      TFX_RETURN_IF_ERROR(in_place ? sealer_->SealHeaderAndTag(payload, len, out_header_, out_tag_)
+                                   : sealer_->Seal(payload, len, out_frame_.data()));
       out_payload_ = len;
       out_sent_ = 0;
     } else if (out_payload_ > n - *moved) {
       return Status(Code::kInternal, "tfx_dist: rank " + std::to_string(rank_) + ": a send to rank " +
                                          std::to_string(peer_) + " was offered fewer bytes than it had sealed");
     }
+    // Integrity: header | the caller's bytes (offered again until the frame is out) | tag.
     const size_t frame = kFrameHeaderBytes + out_payload_ + kFrameTagBytes;
     while (out_sent_ < frame) {
-      ssize_t r = send(fd_, out_frame_.data() + out_sent_, frame - out_sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+      iovec iov[3];
+      int count = 0;
+      if (in_place) {
+        const size_t parts[3] = {kFrameHeaderBytes, out_payload_, kFrameTagBytes};
+        const char* bases[3] = {out_header_, payload, out_tag_};
+        size_t skip = out_sent_;
+        for (int i = 0; i < 3; ++i) {
+          if (skip >= parts[i]) { skip -= parts[i]; continue; }
+          iov[count].iov_base = const_cast<char*>(bases[i] + skip);
+          iov[count].iov_len = parts[i] - skip;
+          skip = 0;
+          ++count;
+        }
+      } else {
+        iov[0].iov_base = out_frame_.data() + out_sent_;
+        iov[0].iov_len = frame - out_sent_;
+        count = 1;
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = count;
+      ssize_t r = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (r > 0) { out_sent_ += static_cast<size_t>(r); continue; }
       if (r < 0 && errno == EINTR) continue;
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::Ok();
@@ -130,8 +156,10 @@ Status TcpPair::TrySendFramed(const char* data, size_t n, size_t* moved) {
   return Status::Ok();
 }
 
-Status TcpPair::ReadFrame(bool* opened, bool* would_block) {
-  *opened = *would_block = false;
+Status TcpPair::ReadFrame(char* direct, size_t direct_cap, size_t align, size_t* direct_bytes,
+                          bool* would_block) {
+  *direct_bytes = 0;
+  *would_block = false;
   while (true) {
     size_t need = kFrameHeaderBytes;
     uint32_t len = 0;
@@ -145,18 +173,28 @@ Status TcpPair::ReadFrame(bool* opened, bool* would_block) {
       need = kFrameHeaderBytes + len + kFrameTagBytes;
     }
     if (in_have_ == need) {
-      // Compact the undelivered partial element to the front, append the payload after it.
-      std::memmove(ready_.data(), ready_.data() + ready_begin_, ready_end_ - ready_begin_);
-      ready_end_ -= ready_begin_;
-      ready_begin_ = 0;
-      if (ready_end_ + len > ready_.size()) ready_.resize(ready_end_ + len);
-      Status s = opener_->Open(in_frame_.data(), len, ready_.data() + ready_end_);
+      const bool to_direct = direct != nullptr && len <= direct_cap && len % align == 0 &&
+                             ready_begin_ == ready_end_;
+      char* out;
+      if (to_direct) {
+        out = direct;
+      } else {  // compact the undelivered partial element to the front, append after it
+        std::memmove(ready_.data(), ready_.data() + ready_begin_, ready_end_ - ready_begin_);
+        ready_end_ -= ready_begin_;
+        ready_begin_ = 0;
+        if (ready_end_ + len > ready_.size()) ready_.resize(ready_end_ + len);
+        out = ready_.data() + ready_end_;
+      }
+      Status s = opener_->Open(in_frame_.data(), len, out);
       if (!s.ok())
         return Status(Code::kProtocol, "tfx_dist: rank " + std::to_string(rank_) + ": data from rank " +
                                            std::to_string(peer_) + ": " + s.message());
-      ready_end_ += len;
+      if (to_direct) {
+        *direct_bytes = len;
+      } else {
+        ready_end_ += len;
+      }
       in_have_ = 0;
-      *opened = true;
       return Status::Ok();
     }
     ssize_t r = recv(fd_, in_frame_.data() + in_have_, need - in_have_, MSG_DONTWAIT);
@@ -170,6 +208,7 @@ Status TcpPair::ReadFrame(bool* opened, bool* would_block) {
 Status TcpPair::TryRecvFramed(RecvConsumer& consumer, size_t n, size_t* moved) {
   *moved = 0;
   const size_t align = consumer.align();
+  char* dst = consumer.destination();
   while (*moved < n) {
     const size_t ready = ready_end_ - ready_begin_;
     if (ready >= align) {
@@ -177,7 +216,7 @@ Status TcpPair::TryRecvFramed(RecvConsumer& consumer, size_t n, size_t* moved) {
       k -= k % align;
       if (k == 0) return Status::Ok();  // never: n counts whole elements
       const char* src = ready_.data() + ready_begin_;
-      if (char* dst = consumer.destination()) {
+      if (dst != nullptr) {
         std::memcpy(dst + *moved, src, k);
       } else {
         consumer.Consume(*moved, src, k);
@@ -186,8 +225,11 @@ Status TcpPair::TryRecvFramed(RecvConsumer& consumer, size_t n, size_t* moved) {
       *moved += k;
       continue;
     }
-    bool opened, would_block;
-    TFX_RETURN_IF_ERROR(ReadFrame(&opened, &would_block));
+    size_t direct_bytes;
+    bool would_block;
+    TFX_RETURN_IF_ERROR(ReadFrame(dst != nullptr ? dst + *moved : nullptr, n - *moved, align,
+                                  &direct_bytes, &would_block));
+    *moved += direct_bytes;
     if (would_block) return Status::Ok();
   }
   return Status::Ok();

@@ -34,9 +34,11 @@ class TcpPair : public Pair {
   Status SocketError(const char* what, int err) const;
   Status TrySendFramed(const char* data, size_t n, size_t* moved);
   Status TryRecvFramed(RecvConsumer& consumer, size_t n, size_t* moved);
-  // Reads more of the current incoming frame; *opened: a whole frame was
-  // checked and its payload appended to ready_.
-  Status ReadFrame(bool* opened, bool* would_block);
+  // Reads more of the current incoming frame. When it is whole and checked,
+  // its payload goes to direct (when given, the payload is at most direct_cap
+  // bytes and a multiple of align, and ready_ is empty: no extra copy), else
+  // it is appended to ready_; *direct_bytes says how much went to direct.
+  Status ReadFrame(char* direct, size_t direct_cap, size_t align, size_t* direct_bytes, bool* would_block);
 
   int fd_;
   // Received bytes for a consumer without a destination, and a partial element carried
@@ -47,7 +49,8 @@ class TcpPair : public Pair {
   // Wire protection (null: plain stream).
   std::unique_ptr<FrameProtection> sealer_, opener_;
   size_t frame_bytes_ = 0;        // payload per sealed frame
-  std::vector<char> out_frame_;   // the sealed frame being sent
+  std::vector<char> out_frame_;   // the sealed frame being sent (encrypt)
+  char out_header_[kFrameHeaderBytes], out_tag_[kFrameTagBytes];  // integrity: payload sent in place
   size_t out_payload_ = 0;        // its payload bytes (0: none pending)
   size_t out_sent_ = 0;           // its bytes already on the socket
   std::vector<char> in_frame_;    // the frame being received
