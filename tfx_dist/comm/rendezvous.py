@@ -42,11 +42,20 @@ namespace, same user), false across machines, containers with private
 ``/dev/shm``, or users, whatever the host names; and it is the very operation
 the shared-memory transport needs. The answer is bound into the MACs.
 
-Why Python's hmac rather than OpenSSL in the C++ library: TensorFlow's
-``libtensorflow_framework.so`` exports BoringSSL's HMAC symbols, so linking
-libcrypto into our libraries risks a symbol clash inside the process; the
-standard library's hmac/secrets are well maintained and the handshake is not
-performance critical.
+After the handshake both sides derive the connection's two wire keys
+(:func:`wire_keys`: HKDF-SHA256 of the secret, both nonces and the
+transcript; one key per direction) and hand them to C++ with the fd: the
+data connections then carry AES-256-GCM frames (``TFX_WIRE_PROTECTION``,
+``core/transport/frame_protection.h``), so a relay that passed the handshake
+through still cannot change, drop, reorder or replay what follows.
+
+Why Python's hmac here rather than OpenSSL in the C++ library: TensorFlow's
+``libtensorflow_framework.so`` exports BoringSSL's symbols (HMAC, EVP_*) under
+OpenSSL's names, so a dynamically linked libcrypto risks binding to them
+inside the process (libtfx_comm therefore links libcrypto statically, with
+its symbols kept inside, for the frames only); the standard library's
+hmac/secrets are well maintained and the handshake is not performance
+critical.
 """
 
 from __future__ import annotations
