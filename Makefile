@@ -1,7 +1,7 @@
 # The two commands of the README, and the benchmark.
 PYTHON ?= python3
 
-.PHONY: setup demo test cpp-test bench horovod gpu-check
+.PHONY: setup demo test cpp-test bench horovod gpu-check reliability
 
 setup:
 	bash scripts/setup.sh
@@ -28,10 +28,21 @@ $(CPP_TEST_DIR)/%.o: %.cc $(COMM_HEADERS)
 	$(CXX) -std=c++17 -O2 -pthread -Wall -Wno-sign-compare -I. -c $< -o $@
 
 $(CPP_TEST_DIR)/runtime_test: $(COMM_TEST_OBJS)
-	$(CXX) -pthread $^ -o $@ -lrt
+	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
 
 cpp-test: $(CPP_TEST_DIR)/runtime_test
 	$(CPP_TEST_DIR)/runtime_test
+
+# RELIABILITY.md: every fault, bad input and attack test (pytest -m reliability),
+# the long ones too (soak, minutes of fuzzing; RELIABILITY_LONG=0 leaves them out).
+RELIABILITY_LONG ?= 1
+RELIABILITY_LOG := build/reliability.jsonl
+reliability:
+	@mkdir -p build && rm -f $(RELIABILITY_LOG)
+	TFX_RELIABILITY_LONG=$(RELIABILITY_LONG) TFX_RELIABILITY_LOG=$(abspath $(RELIABILITY_LOG)) \
+	  $(PYTHON) -m pytest tests -m reliability -q -p no:cacheprovider; rc=$$?; \
+	  $(PYTHON) scripts/reliability_report.py $(RELIABILITY_LOG) RELIABILITY.md \
+	    --long-ran $(RELIABILITY_LONG) --pytest-rc $$rc; exit $$rc
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py

@@ -62,7 +62,11 @@ LIBRARIES = (
         name="libtfx_comm",
         source_globs=("custom_ops/comm/core/**/*.cc",),
         tensorflow=False,
-        link_flags=("-Wl,-soname,libtfx_comm.so", "-lrt"),
+        # libcrypto (wire protection) linked statically with its symbols kept
+        # inside: TensorFlow's libtensorflow_framework exports BoringSSL's EVP_*
+        # under the same names, which a dynamic -lcrypto could bind to instead.
+        link_flags=("-Wl,-soname,libtfx_comm.so", "-lrt", "-l:libcrypto.a", "-Wl,--exclude-libs,ALL",
+                    "-ldl"),
     ),
     # TensorFlow ops over libtfx_comm (TfxAllReduce, TfxAllGather, TfxBroadcast).
     Library(

@@ -274,6 +274,14 @@ def design_section() -> list[str]:
     return _copied_section("design_measurements.md", "## Measurements behind design choices", [])
 
 
+def wire_section() -> list[str]:
+    """The cost of TFX_WIRE_PROTECTION (benchmarks/wire_protection.py, run on its own)."""
+    return _copied_section(
+        "wire_protection.md", "## Wire protection of TCP connections",
+        ["Not rerun by this command: `python benchmarks/wire_protection.py` rewrites "
+         "`benchmarks/results/wire_protection.md`, which is copied here."])
+
+
 def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
                    commit: str | None = None) -> str:
     import platform
@@ -322,6 +330,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
                       + (f"; {when(r)}" if when(r) else "") + ").*", ""]
     lines += gpu_section()
     lines += design_section()
+    lines += wire_section()
     missing = [r["script"] for r in runs.values() if r["status"] == "missing"]
     failed = [(r["script"], r) for r in runs.values() if r["status"] not in ("ok", "missing")]
     if missing or failed:

@@ -13,6 +13,16 @@ log "Python packages (TensorFlow 2.21 CPU, Keras 3.15, TensorBoard, scikit-learn
 "$PYTHON" -m pip install -q --disable-pip-version-check \
     "tensorflow-cpu==2.21.0" "keras==3.15.1" "tensorboard~=2.21.0" scikit-learn matplotlib pytest pyyaml
 
+if [[ ! -f /usr/include/openssl/evp.h ]]; then
+    log "OpenSSL's libcrypto headers and static library (libssl-dev: wire protection of TCP connections)"
+    SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get install -y -q libssl-dev >/dev/null 2>&1 || {
+        $SUDO apt-get update -q >/dev/null
+        $SUDO apt-get install -y -q libssl-dev >/dev/null
+    }
+fi
+
 if [[ "${TFX_SKIP_BAZEL:-0}" != 1 ]] && ! command -v bazel >/dev/null; then
     log "Bazel 4.2.3 from Debian (bazel-bootstrap; builds offline)"
     SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo

@@ -159,9 +159,10 @@ BAD_TF_CONFIGS = [
 ]
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("text,fragments", [c[1:] for c in BAD_TF_CONFIGS],
                          ids=[c[0] for c in BAD_TF_CONFIGS])
-def test_malformed_tf_config_is_explained(text, fragments):
+def test_malformed_tf_config_is_explained(text, fragments, reliability):
     with pytest.raises(ClusterConfigError) as error:
         cluster.resolve(environ={"TF_CONFIG": text})
     message = str(error.value)
@@ -170,6 +171,7 @@ def test_malformed_tf_config_is_explained(text, fragments):
     assert cluster.EXPECTED_TF_CONFIG in message
     for fragment in fragments:
         assert fragment in message
+    reliability(f"bad input: malformed TF_CONFIG ({text[:60]})", f"ClusterConfigError: {message.splitlines()[0][:100]}")
 
 
 # --- priorities and launcher environments ----------------------------------------------------

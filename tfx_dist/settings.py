@@ -167,6 +167,14 @@ SETTINGS = {
                 "or bfloat16."),
         Setting("TFX_SHM", True, _Bool(),
                 "Use shared memory between processes on the same host (else TCP)."),
+        Setting("TFX_WIRE_PROTECTION", "integrity", _Choice("none", "integrity", "encrypt"),
+                "Protection of the collective runtime's TCP data connections after the "
+                "authenticated handshake (AES-256-GCM, a key per connection and direction "
+                "derived from the job secret and the handshake's nonces, frames numbered): "
+                "`integrity` authenticates every frame (payload in clear), `encrypt` also "
+                "hides it, `none` sends plain bytes. A changed, dropped, reordered or "
+                "replayed frame is an error naming the peer. Shared memory needs none. "
+                "Costs: BENCHMARKS.md."),
         Setting("TFX_PARTIAL_BATCH_SYNC", "auto", _Choice("auto", "always"),
                 "Multi-worker input: `auto` skips TensorFlow's per-step all-reduce of "
                 "\"this worker still has data\" when every worker provably reads as many "

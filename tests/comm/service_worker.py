@@ -125,8 +125,8 @@ def client(index, addresses, num_clients, scenario):
 def raw(index, addresses, num_clients, scenario):
     """An authenticated service connection (the real handshake) that sends bytes by hand."""
     secret = os.environ["TFX_JOB_SECRET"].encode()
-    sock, _ = rendezvous._connect(index, num_clients, 0, addresses, rendezvous.SERVICE, secret,
-                                  time.monotonic() + 10)
+    sock = rendezvous._connect(index, num_clients, 0, addresses, rendezvous.SERVICE, secret,
+                               time.monotonic() + 10)[0]
     print("READY", flush=True)
     header = struct.Struct("<IHHQiIQ")  # wire.h's FrameHeader
     frames = {

@@ -32,8 +32,9 @@ def test_every_collective_matches_numpy(size, transport):
         assert res["transports"] == want
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("transport", ["tcp"])
-def test_mismatched_shapes_fail_on_every_rank_and_the_communicator_survives(transport):
+def test_mismatched_shapes_fail_on_every_rank_and_the_communicator_survives(transport, reliability):
     results = procs.run(WORKER, "mismatch", 3, env={"TFX_SHM": "1" if transport == "shm" else "0"})
     for r in results:
         res = r.result
@@ -42,12 +43,16 @@ def test_mismatched_shapes_fail_on_every_rank_and_the_communicator_survives(tran
         assert "'grads/0'" in err and "float32[4]" in err and "rank 2 submitted allreduce float32[5]" in err
         assert res["mismatch_s"] < 5
         assert res["after"] == [3.0] * 4
+    reliability("bad input: ranks submit one all-reduce with different shapes (3 ranks)",
+                "CollectiveMismatchError on every rank naming both shapes; the communicator keeps working",
+                max(r.result["mismatch_s"] for r in results), "that collective only")
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("scenario,transport,victim", [
     ("die", "tcp", 2), ("die", "shm", 2), ("die", "shm", 0),  # rank 0 is the coordinator
     ("die_mid_ring", "tcp", 2), ("die_mid_ring", "shm", 2), ("hang", "shm", 2)])
-def test_a_dead_or_stuck_peer_fails_the_others_within_the_timeout(scenario, transport, victim):
+def test_a_dead_or_stuck_peer_fails_the_others_within_the_timeout(scenario, transport, victim, reliability):
     timeout = 4.0
     env = {"TFX_SHM": "1" if transport == "shm" else "0", "TFX_TIMEOUT_S": str(timeout)}
     t0 = time.monotonic()
@@ -64,6 +69,11 @@ def test_a_dead_or_stuck_peer_fails_the_others_within_the_timeout(scenario, tran
         if scenario == "hang":
             assert "timed out" in res["error"]
     assert time.monotonic() - t0 < 60
+    what = {"die": "is killed between collectives", "die_mid_ring": "is killed in the middle of an all-reduce",
+            "hang": "stops (SIGSTOP-like hang) in a collective"}[scenario]
+    reliability(f"fault: rank {victim} of 3 {what} ({transport}, TFX_TIMEOUT_S={timeout:g})",
+                "every survivor raises an error naming the rank",
+                max(r.result["error_after_s"] for r in survivors), "the job (no wrong result)")
 
 
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
@@ -115,15 +125,20 @@ def test_a_collective_the_coordinator_never_makes_times_out_naming_it():
         assert res["error_after_s"] < timeout + 1.5, res
 
 
-def test_a_wrong_secret_is_rejected_on_both_sides():
+@pytest.mark.reliability
+def test_a_wrong_secret_is_rejected_on_both_sides(reliability):
     results = procs.run(WORKER, "wrong_secret", 2, arg="1", env={"TFX_TIMEOUT_S": "3"}, timeout=30)
     errors = {r.rank: r.error for r in results}
     assert "RendezvousError" in errors[1] and "failed authentication" in errors[1]
     assert "RendezvousError" in errors[0] and "failed authentication" in errors[0]
     assert "TFX_JOB_SECRET" in errors[0] and "TFX_JOB_SECRET" in errors[1]
+    reliability("attack: a process with another job secret joins the rendezvous",
+                "refused on both sides (RendezvousError: failed authentication, names TFX_JOB_SECRET)",
+                None, "nothing (the job does not form)")
 
 
-def test_garbage_on_the_listener_is_rejected_and_the_listener_keeps_working():
+@pytest.mark.reliability
+def test_garbage_on_the_listener_is_rejected_and_the_listener_keeps_working(reliability):
     addresses = procs.free_addresses(2)
     p0, _ = procs.start(WORKER, "collectives_small", 2, addresses=addresses, ranks=[0])
     host, port = addresses[0].split(":")
@@ -147,6 +162,9 @@ def test_garbage_on_the_listener_is_rejected_and_the_listener_keeps_working():
     for r in results:
         assert r.result["transports"][1 - r.rank] in ("shm", "tcp")
     assert "not a tfx_dist handshake" in results[0].stderr
+    reliability("attack: HTTP garbage sent to a rank's listener during the rendezvous",
+                "connection dropped and logged as not a tfx_dist handshake; the real job then forms and runs",
+                None, "nothing")
 
 
 def test_multi_rank_without_a_secret_says_how_to_set_one(monkeypatch):
@@ -157,7 +175,8 @@ def test_multi_rank_without_a_secret_says_how_to_set_one(monkeypatch):
         Communicator(0, 2, ["127.0.0.1:1", "127.0.0.1:2"])
 
 
-def test_a_missing_peer_fails_the_rendezvous_within_the_timeout_naming_it():
+@pytest.mark.reliability
+def test_a_missing_peer_fails_the_rendezvous_within_the_timeout_naming_it(reliability):
     # Two jobs of 2 ranks where one rank never starts: rank 0 alone waits for
     # rank 1; rank 1 alone keeps trying to reach rank 0.
     p0, _ = procs.start(WORKER, "collectives_small", 2, env={"TFX_TIMEOUT_S": "2"}, ranks=[0])
@@ -167,3 +186,6 @@ def test_a_missing_peer_fails_the_rendezvous_within_the_timeout_naming_it():
     assert time.monotonic() - t0 < 20
     assert "RendezvousError" in alone0.error and "waiting for rank(s) [1]" in alone0.error
     assert "RendezvousError" in alone1.error and "connecting to rank 0" in alone1.error
+    reliability("fault: a rank never starts (TFX_TIMEOUT_S=2)",
+                "the others fail the rendezvous naming the missing rank", round(time.monotonic() - t0, 2),
+                "nothing (the job does not form)")

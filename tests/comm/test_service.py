@@ -106,8 +106,9 @@ def test_clients_served_in_parallel():
     assert srv[0].finish().p.returncode == 0
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("shm", ["0", "1"])
-def test_killed_client_ends_serve(shm):
+def test_killed_client_ends_serve(shm, reliability):
     srv, cli = start(1, ["keep_calling", "idle"], env={"TFX_SHM": shm})
     cli[1].wait_line("READY")
     time.sleep(0.3)
@@ -121,6 +122,9 @@ def test_killed_client_ends_serve(shm):
     c0 = cli[0].finish()
     assert "server 0 (ps 0): stopped serving" in c0.error() and "client 1 (worker 1)" in c0.error()
     cli[1].kill()
+    reliability(f"fault: a parameter-server client is killed (SIGKILL, TFX_SHM={shm})",
+                "the server stops serving naming the client; the other client gets an error naming it",
+                round(failed_at - killed, 3), "the job")
 
 
 @pytest.mark.parametrize("shm", ["0", "1"])
@@ -149,8 +153,9 @@ def test_stuck_client_times_out():
         cli[1].kill()
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize("garbage", ["magic", "oversized", "truncated", "garbage"])
-def test_garbage_drops_only_that_client(garbage):
+def test_garbage_drops_only_that_client(garbage, reliability):
     srv, cli = start(1, ["calls_for_a_while", garbage], env={"TFX_SHM": "0"}, raw={1})
     assert cli[1].finish().result() == {"dropped": True}
     c0 = cli[0].finish()
@@ -162,9 +167,13 @@ def test_garbage_drops_only_that_client(garbage):
             "garbage": "not a tfx_dist service frame"}[garbage]
     assert "1 of 2 client(s) were dropped" in s.error() and "client 1 (worker 1) sent" in s.error()
     assert want in s.error()
+    reliability(f"attack: an authenticated service client sends a {garbage} frame",
+                f"only that client is dropped ({want}); the other client is served to the end", None,
+                "that client's connection")
 
 
-def test_wrong_secret_is_refused():
+@pytest.mark.reliability
+def test_wrong_secret_is_refused(reliability):
     addresses = free_addresses(1)
     srv = Proc("server", 0, addresses, 1, "xor", {"TFX_TIMEOUT_S": "3"})
     cli = Proc("client", 0, addresses, 1, "round_trips", {"TFX_TIMEOUT_S": "3", "TFX_JOB_SECRET": "other"})
@@ -173,6 +182,8 @@ def test_wrong_secret_is_refused():
     assert "failed authentication" in c.err
     s = srv.finish()
     assert s.p.returncode != 0 and "RendezvousError" in s.err and "failed authentication" in s.err
+    reliability("attack: a service client with another job secret", "refused on both sides (failed authentication)",
+                None, "nothing")
 
 
 @pytest.mark.parametrize("shm", ["0", "1"])

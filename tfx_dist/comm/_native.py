@@ -24,6 +24,7 @@ REDUCTIONS = {"sum": 0, "mean": 1, "min": 2, "max": 3}
 COMPRESSIONS = {"none": 0, "float16": 1, "bfloat16": 2}
 DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "int64": 6, "uint8": 7}
 HIERARCHICAL = {"off": 0, "on": 1, "auto": 2}
+WIRE_PROTECTION = {"none": 0, "integrity": 1, "encrypt": 2}
 STATUS = {"OK": 0, "INVALID_ARGUMENT": 1, "TIMEOUT": 2, "CONNECTION_CLOSED": 3, "PROTOCOL": 4,
           "MISMATCH": 5, "INTERNAL": 6, "ABORTED": 7}
 ERR_LEN = 4096
@@ -40,6 +41,7 @@ def _abi_names() -> dict:
     names.update({f"TFX_DTYPE_{k.upper()}": v for k, v in DTYPES.items()})
     names.update({f"TFX_STATUS_{k}": v for k, v in STATUS.items()})
     names.update({f"TFX_HIERARCHICAL_{k.upper()}": v for k, v in HIERARCHICAL.items()})
+    names.update({f"TFX_WIRE_{k.upper()}": v for k, v in WIRE_PROTECTION.items()})
     return names
 
 
@@ -59,7 +61,8 @@ class Options(ctypes.Structure):
     _fields_ = [("timeout_s", ctypes.c_double), ("bucket_bytes", ctypes.c_int64),
                 ("cycle_time_ms", ctypes.c_double), ("use_shm", ctypes.c_int32),
                 ("chunk_bytes", ctypes.c_int64), ("hierarchical", ctypes.c_int32),
-                ("hierarchical_min_stripe_bytes", ctypes.c_int64)]
+                ("hierarchical_min_stripe_bytes", ctypes.c_int64),
+                ("wire_protection", ctypes.c_int32), ("wire_keys", ctypes.c_char_p)]
 
 
 class Entry(ctypes.Structure):

@@ -42,11 +42,20 @@ namespace, same user), false across machines, containers with private
 ``/dev/shm``, or users, whatever the host names; and it is the very operation
 the shared-memory transport needs. The answer is bound into the MACs.
 
-Why Python's hmac rather than OpenSSL in the C++ library: TensorFlow's
-``libtensorflow_framework.so`` exports BoringSSL's HMAC symbols, so linking
-libcrypto into our libraries risks a symbol clash inside the process; the
-standard library's hmac/secrets are well maintained and the handshake is not
-performance critical.
+After the handshake both sides derive the connection's two wire keys
+(:func:`wire_keys`: HKDF-SHA256 of the secret, both nonces and the
+transcript; one key per direction) and hand them to C++ with the fd: the
+data connections then carry AES-256-GCM frames (``TFX_WIRE_PROTECTION``,
+``core/transport/frame_protection.h``), so a relay that passed the handshake
+through still cannot change, drop, reorder or replay what follows.
+
+Why Python's hmac here rather than OpenSSL in the C++ library: TensorFlow's
+``libtensorflow_framework.so`` exports BoringSSL's symbols (HMAC, EVP_*) under
+OpenSSL's names, so a dynamically linked libcrypto risks binding to them
+inside the process (libtfx_comm therefore links libcrypto statically, with
+its symbols kept inside, for the frames only); the standard library's
+hmac/secrets are well maintained and the handshake is not performance
+critical.
 """
 
 from __future__ import annotations
@@ -91,6 +100,8 @@ class Connections:
     data_fds: list[int]   # [size]; -1 at this rank
     ctrl_fds: list[int]   # rank 0: [size] (one per other rank); others: [0] = rank 0
     same_host: list[bool]
+    # [size]: the data connection's wire keys (this rank's send key + receive key; b"" at this rank)
+    data_keys: list[bytes] = dataclasses.field(default_factory=list)
 
 
 _SHM_DIR = "/dev/shm"
@@ -196,6 +207,19 @@ def _mac(secret: bytes, role: bytes, transcript: bytes) -> bytes:
     return hmac.new(secret, role + transcript, hashlib.sha256).digest()
 
 
+def wire_keys(secret: bytes, nonce_c: bytes, nonce_s: bytes, transcript: bytes) -> tuple[bytes, bytes]:
+    """The connection's two AES-256 keys (client to server, server to client), by HKDF-SHA256.
+
+    RFC 5869 with the stdlib's HMAC: extract with both nonces as salt, expand
+    one block per direction with the transcript as context. Fresh nonces give
+    every connection its own keys, so frames of one cannot be replayed on another.
+    """
+    prk = hmac.new(nonce_c + nonce_s, secret, hashlib.sha256).digest()
+    def expand(label: bytes) -> bytes:
+        return hmac.new(prk, b"tfx_dist wire v1 " + label + transcript + b"\x01", hashlib.sha256).digest()
+    return expand(b"client->server"), expand(b"server->client")
+
+
 def _bind(rank: int, address: str) -> socket.socket:
     """A socket bound to this rank's cluster address, or an error that says why not."""
     host, port = split_address(address, "the cluster's address list")
@@ -247,7 +271,8 @@ class _Listener:
             self.expected = {(DATA, r) for r in range(rank + 1, size)}
             if rank == 0:
                 self.expected |= {(CONTROL, r) for r in range(1, size)}
-        self.accepted: dict[tuple[int, int], tuple[socket.socket, bool]] = {}
+        # (channel, client rank) -> (socket, same host, wire keys: send key + receive key)
+        self.accepted: dict[tuple[int, int], tuple[socket.socket, bool, bytes]] = {}
         self.rejections: list[str] = []
         self.fatal: str | None = None   # the clusters differ: no point waiting for the timeout
         # Rank -> (when, why) of a proof that did not verify from a process
@@ -338,12 +363,13 @@ class _Listener:
                     self.fatal = mismatch
                 return self._reject(conn, mismatch)
             _send(conn, _ACCEPTED, deadline)
+            to_server, to_client = wire_keys(self.secret, nonce_c, nonce_s, transcript)
         except (OSError, TimeoutError, struct.error) as e:
             return self._reject(conn, f"handshake with {where} failed: {e}")
         with self.lock:
             if (channel, crank) in self.accepted:
                 return self._reject(conn, f"rank {crank} connected twice")
-            self.accepted[(channel, crank)] = (conn, same_host)
+            self.accepted[(channel, crank)] = (conn, same_host, to_client + to_server)
             if set(self.accepted) == self.expected:
                 self.done.set()
 
@@ -466,7 +492,8 @@ def _client_handshake_probed(sock, rank, size, server, addresses, channel, secre
         raise RendezvousError(f"tfx_dist rank {rank}: {who} rejected this rank's authentication "
                               f"(TFX_JOB_SECRET differs)")
     sock.settimeout(None)
-    return sock, _load_extra(extra_s).get("shm") is True
+    to_server, to_client = wire_keys(secret, nonce_c, nonce_s, transcript)
+    return sock, _load_extra(extra_s).get("shm") is True, to_server + to_client
 
 
 def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
@@ -476,8 +503,8 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
     listener = _Listener(rank, size, addresses, secret, deadline)
     socks: list[socket.socket] = []
     try:
-        data: dict[int, tuple[socket.socket, str]] = {}
-        ctrl: dict[int, tuple[socket.socket, str]] = {}
+        data: dict[int, tuple[socket.socket, bool, bytes]] = {}
+        ctrl: dict[int, tuple[socket.socket, bool, bytes]] = {}
         for server in range(rank):
             data[server] = _connect(rank, size, server, addresses, DATA, secret, deadline)
             socks.append(data[server][0])
@@ -493,15 +520,16 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
         raise
     finally:
         listener.close()
-    data_fds, ctrl_fds, same_host = [-1] * size, [-1] * size, [False] * size
-    for peer, (sock, shares_shm) in data.items():
+    data_fds, ctrl_fds, same_host, keys = [-1] * size, [-1] * size, [False] * size, [b""] * size
+    for peer, (sock, shares_shm, peer_keys) in data.items():
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         same_host[peer] = shares_shm
+        keys[peer] = peer_keys
         data_fds[peer] = sock.detach()
-    for peer, (sock, _) in ctrl.items():
+    for peer, (sock, _, _) in ctrl.items():
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         ctrl_fds[peer] = sock.detach()
-    return Connections(data_fds, ctrl_fds, same_host)
+    return Connections(data_fds, ctrl_fds, same_host, keys)
 
 
 def connect_service(role: str, index: int, server_addresses: list[str], num_clients: int, secret: bytes,
@@ -539,11 +567,11 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
                     raise RendezvousError(f"tfx_dist service client {index}, connecting to server {server} "
                                           f"at {address}: {e}") from None
         except BaseException:
-            for sock, _ in conns:
+            for sock, _, _ in conns:
                 sock.close()
             raise
     fds, same_host = [], []
-    for sock, same in conns:
+    for sock, same, _ in conns:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         same_host.append(same)
         fds.append(sock.detach())

@@ -49,6 +49,9 @@ TFX_SAME(Code::kAborted, TFX_STATUS_ABORTED);
 TFX_SAME(Hierarchical::kOff, TFX_HIERARCHICAL_OFF);
 TFX_SAME(Hierarchical::kOn, TFX_HIERARCHICAL_ON);
 TFX_SAME(Hierarchical::kAuto, TFX_HIERARCHICAL_AUTO);
+TFX_SAME(WireProtection::kNone, TFX_WIRE_NONE);
+TFX_SAME(WireProtection::kIntegrity, TFX_WIRE_INTEGRITY);
+TFX_SAME(WireProtection::kEncrypt, TFX_WIRE_ENCRYPT);
 #undef TFX_SAME
 
 namespace {
@@ -71,7 +74,8 @@ const struct {
     TFX_ABI(TFX_STATUS_INVALID_ARGUMENT), TFX_ABI(TFX_STATUS_TIMEOUT),
     TFX_ABI(TFX_STATUS_CONNECTION_CLOSED), TFX_ABI(TFX_STATUS_PROTOCOL), TFX_ABI(TFX_STATUS_MISMATCH),
     TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED), TFX_ABI(TFX_HIERARCHICAL_OFF),
-    TFX_ABI(TFX_HIERARCHICAL_ON), TFX_ABI(TFX_HIERARCHICAL_AUTO),
+    TFX_ABI(TFX_HIERARCHICAL_ON), TFX_ABI(TFX_HIERARCHICAL_AUTO), TFX_ABI(TFX_WIRE_NONE),
+    TFX_ABI(TFX_WIRE_INTEGRITY), TFX_ABI(TFX_WIRE_ENCRYPT),
 };
 #undef TFX_ABI
 
@@ -174,7 +178,13 @@ void* WaiterAlloc(void* arg, int64_t dim0) {
 }
 
 // The options as the core takes them; an error for values it cannot run with.
-Status ToOptions(const tfx_comm_options& in, tfx::comm::CommunicatorOptions* out) {
+Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOptions* out) {
+  if (in.wire_protection < TFX_WIRE_NONE || in.wire_protection > TFX_WIRE_ENCRYPT)
+    return Status(Code::kInvalidArgument, "tfx_dist: invalid communicator option wire_protection " +
+                                              std::to_string(in.wire_protection) +
+                                              ": want 0 (none), 1 (integrity) or 2 (encrypt)");
+  if (in.wire_protection != TFX_WIRE_NONE && in.wire_keys == nullptr && size > 1)
+    return Status(Code::kInvalidArgument, "tfx_dist: wire protection needs wire_keys (64 bytes per rank)");
   if (in.hierarchical < TFX_HIERARCHICAL_OFF || in.hierarchical > TFX_HIERARCHICAL_AUTO)
     return Status(Code::kInvalidArgument, "tfx_dist: invalid communicator option hierarchical " +
                                               std::to_string(in.hierarchical) + ": want 0 (off), 1 (on) or 2 (auto)");
@@ -194,6 +204,17 @@ Status ToOptions(const tfx_comm_options& in, tfx::comm::CommunicatorOptions* out
   out->chunk_bytes = static_cast<size_t>(in.chunk_bytes);
   out->hierarchical = static_cast<tfx::comm::Hierarchical>(in.hierarchical);
   out->hierarchical_min_stripe_bytes = static_cast<size_t>(in.hierarchical_min_stripe_bytes);
+  out->wire_keys.clear();
+  if (in.wire_protection != TFX_WIRE_NONE && size > 1) {
+    out->wire_keys.resize(size);
+    for (int peer = 0; peer < size; ++peer) {
+      tfx::comm::WireKeys& k = out->wire_keys[peer];
+      k.mode = static_cast<tfx::comm::WireProtection>(in.wire_protection);
+      k.frame_bytes = static_cast<size_t>(in.chunk_bytes);
+      std::memcpy(k.send, in.wire_keys + 64 * peer, 32);
+      std::memcpy(k.recv, in.wire_keys + 64 * peer + 32, 32);
+    }
+  }
   return Status::Ok();
 }
 
@@ -211,6 +232,8 @@ tfx_comm_options tfx_comm_default_options(void) {
   o.chunk_bytes = static_cast<int64_t>(d.chunk_bytes);
   o.hierarchical = static_cast<int32_t>(d.hierarchical);
   o.hierarchical_min_stripe_bytes = static_cast<int64_t>(d.hierarchical_min_stripe_bytes);
+  o.wire_protection = TFX_WIRE_NONE;
+  o.wire_keys = nullptr;
   return o;
 }
 
@@ -232,7 +255,7 @@ int64_t tfx_comm_create(int32_t rank, int32_t size, const int32_t* data_fds, con
   Status valid = size < 1 || rank < 0 || rank >= size
                      ? Status(Code::kInvalidArgument, "tfx_dist: rank " + std::to_string(rank) +
                                                           " is not in [0, " + std::to_string(size) + ")")
-                     : ToOptions(options != nullptr ? *options : tfx_comm_default_options(), &opts);
+                     : ToOptions(options != nullptr ? *options : tfx_comm_default_options(), size, &opts);
   if (!valid.ok()) {
     CopyError(valid.message(), err, err_len);
     for (int fd : data) if (fd >= 0) close(fd);

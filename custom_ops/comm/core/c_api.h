@@ -63,6 +63,10 @@ enum {
  * ranks or more. */
 enum { TFX_HIERARCHICAL_OFF = 0, TFX_HIERARCHICAL_ON = 1, TFX_HIERARCHICAL_AUTO = 2 };
 
+/* TFX_WIRE_PROTECTION of TCP data connections (core/transport/frame_protection.h):
+ * none, integrity (AES-GCM tag, payload in clear), encrypt (AES-GCM). */
+enum { TFX_WIRE_NONE = 0, TFX_WIRE_INTEGRITY = 1, TFX_WIRE_ENCRYPT = 2 };
+
 /* Every field is used as given: start from tfx_comm_default_options(). */
 typedef struct {
   double timeout_s;      /* bound on every wait */
@@ -74,6 +78,11 @@ typedef struct {
   /* auto only: a bucket goes through hosts when each process of a host
    * carries at least this many bytes of it across (TFX_HIERARCHICAL_MIN_STRIPE_BYTES) */
   int64_t hierarchical_min_stripe_bytes;
+  int32_t wire_protection;  /* a TFX_WIRE_ code */
+  /* With wire protection: 64 bytes per rank (size * 64, indexed by peer): the
+   * key this rank sends with, then the one it receives with, on the data
+   * connection to that peer (derived by the rendezvous). Read during create only. */
+  const uint8_t* wire_keys;
 } tfx_comm_options;
 
 /* The runtime's defaults, for C callers (the C++ tests). Python passes every

@@ -75,7 +75,9 @@ Status Communicator::Create(int rank, int size, const std::vector<int>& data_fds
     if (peer == rank) continue;
     const int fd = data_fds[peer];
     if (!status.ok()) { close(fd); continue; }
-    status = ConnectPair(rank, peer, fd, options.use_shm && same_host[peer], deadline, &comm->pairs_[peer]);
+    const WireKeys* keys = options.wire_keys.empty() ? nullptr : &options.wire_keys[peer];
+    status = ConnectPair(rank, peer, fd, options.use_shm && same_host[peer], deadline, &comm->pairs_[peer],
+                         keys);
   }
   std::vector<std::unique_ptr<ControlChannel>> channels;
   if (rank == 0) {

@@ -13,6 +13,7 @@
 #include "custom_ops/comm/core/executors/executor.h"
 #include "custom_ops/comm/core/fusion/runtime.h"
 #include "custom_ops/comm/core/topology.h"
+#include "custom_ops/comm/core/transport/frame_protection.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm {
@@ -26,6 +27,9 @@ struct CommunicatorOptions {
   size_t chunk_bytes = 128 << 10;
   Hierarchical hierarchical = Hierarchical::kAuto;
   size_t hierarchical_min_stripe_bytes = 2 << 10;  // kAuto only (tfx_dist/settings.py says why)
+  // Per peer (indexed by rank): the data connection's wire protection keys;
+  // empty: none. Used by TCP pairs only (shared memory needs none).
+  std::vector<WireKeys> wire_keys;
 };
 
 class Communicator {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "custom_ops/comm/core/fusion/coordinator.h"
 #include "custom_ops/comm/core/fusion/messages.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
+#include "custom_ops/comm/core/transport/frame_protection.h"
 
 using namespace tfx::comm;
 
@@ -42,6 +44,9 @@ int g_checks = 0, g_failures = 0;
   } while (0)
 
 // --- A job of N communicators in this process ------------------------------
+
+// Wire protection of the TCP pairs MakeJob builds (TestProtectedCollectives).
+WireProtection g_wire = WireProtection::kNone;
 
 struct Job {
   std::vector<std::unique_ptr<Communicator>> comms;
@@ -73,6 +78,9 @@ Job MakeJob(int n, bool shm, double timeout_s = 20.0, size_t chunk = 4096, size_
   opts.chunk_bytes = chunk;
   opts.bucket_bytes = bucket;
   opts.hierarchical = hierarchical;
+  if (g_wire != WireProtection::kNone) {  // symmetric keys: a's send key to b is b's receive key from a
+    opts.wire_keys.resize(n);
+  }
   Job job;
   job.comms.resize(n);
   std::vector<std::thread> threads;  // the shm handshakes wait for each other
@@ -80,7 +88,14 @@ Job MakeJob(int n, bool shm, double timeout_s = 20.0, size_t chunk = 4096, size_
     threads.emplace_back([&, r] {
       std::vector<bool> same_host(n, true);
       for (int p = 0; p < n && !host_of.empty(); ++p) same_host[p] = host_of[p] == host_of[r];
-      Status st = Communicator::Create(r, n, data[r], ctrl[r], same_host, opts, &job.comms[r]);
+      CommunicatorOptions mine = opts;
+      for (int p = 0; p < n && g_wire != WireProtection::kNone; ++p) {
+        mine.wire_keys[p].mode = g_wire;
+        mine.wire_keys[p].frame_bytes = chunk;
+        std::memset(mine.wire_keys[p].send, 16 * r + p + 1, 32);
+        std::memset(mine.wire_keys[p].recv, 16 * p + r + 1, 32);
+      }
+      Status st = Communicator::Create(r, n, data[r], ctrl[r], same_host, mine, &job.comms[r]);
       if (!st.ok()) std::fprintf(stderr, "create rank %d: %s\n", r, st.message().c_str()), std::abort();
     });
   }
@@ -824,15 +839,111 @@ void TestCApi() {
 
 }  // namespace
 
+// Seal/open on their own: a round trip in both modes, and every kind of
+// tampering (a flipped bit in header, payload or tag, a replayed or skipped
+// frame) fails the check and delivers nothing.
+void TestFrameProtection() {
+  uint8_t key[32];
+  for (int i = 0; i < 32; ++i) key[i] = static_cast<uint8_t>(i * 7);
+  for (WireProtection mode : {WireProtection::kIntegrity, WireProtection::kEncrypt}) {
+    const std::string m = mode == WireProtection::kIntegrity ? "integrity" : "encrypt";
+    std::unique_ptr<FrameProtection> sealer, opener;
+    CHECK(FrameProtection::Create(mode, key, true, &sealer).ok(), m);
+    CHECK(FrameProtection::Create(mode, key, false, &opener).ok(), m);
+    std::vector<std::string> frames;
+    for (size_t len : {size_t{0}, size_t{1}, size_t{1000}, size_t{70000}}) {
+      std::string payload(len, '\0');
+      for (size_t i = 0; i < len; ++i) payload[i] = static_cast<char>(i * 31 + len);
+      std::string frame(kFrameHeaderBytes + len + kFrameTagBytes, '\0');
+      CHECK(sealer->Seal(payload.data(), len, &frame[0]).ok(), m + " seal");
+      CHECK((frame.compare(kFrameHeaderBytes, len, payload) == 0) == (mode == WireProtection::kIntegrity || len == 0),
+            m + ": payload in clear exactly in integrity mode");
+      std::string out(len, '\0');
+      CHECK(opener->Open(frame.data(), len, &out[0]).ok() && out == payload, m + " round trip " + std::to_string(len));
+      frames.push_back(frame);
+    }
+    // frames[3] was frame #3; the opener now expects #4: a replay fails.
+    std::string out(70000, 'x');
+    Status replay = opener->Open(frames[3].data(), 70000, &out[0]);
+    CHECK(!replay.ok() && replay.code() == Code::kProtocol, m + ": replayed frame accepted");
+    CHECK(out.find_first_not_of(mode == WireProtection::kIntegrity ? 'x' : '\0') == std::string::npos,
+          m + ": a failed frame delivered bytes");
+    for (size_t at : {size_t{0}, size_t{4}, size_t{500}, size_t{4 + 1000 + 3}}) {  // header, payload, tag of #2
+      std::unique_ptr<FrameProtection> fresh;
+      FrameProtection::Create(mode, key, false, &fresh);
+      CHECK(fresh->Open(frames[0].data(), 0, &out[0]).ok() && fresh->Open(frames[1].data(), 1, &out[0]).ok(), m);
+      std::string bad = frames[2];
+      bad[at] ^= 0x10;
+      CHECK(!fresh->Open(bad.data(), 1000, &out[0]).ok(), m + ": flipped bit at " + std::to_string(at) + " accepted");
+    }
+    std::unique_ptr<FrameProtection> skip;
+    FrameProtection::Create(mode, key, false, &skip);
+    CHECK(!skip->Open(frames[1].data(), 1, &out[0]).ok(), m + ": frame #1 accepted as #0 (dropped frame)");
+  }
+}
+
+// Every collective over protected TCP pairs (small chunks: many frames,
+// element boundaries across frames).
+void TestProtectedCollectives() {
+  for (WireProtection mode : {WireProtection::kIntegrity, WireProtection::kEncrypt}) {
+    g_wire = mode;
+    for (int n : {2, 3, 5}) {
+      Job job = MakeJob(n, /*shm=*/false);
+      int round = 0;
+      TestAllreduce(job, false, {0, 1, 1001, 1500}, /*fused=*/false, &round);
+      TestAllreduce(job, false, {1, 1001, 20000}, /*fused=*/true, &round);
+      TestAllgather(job, false, DataType::kUInt8, 1001, &round);
+      TestBroadcast(job, false, 10001, &round);
+      std::fprintf(stderr, "protected collectives (%s): %d ranks ok\n",
+                   mode == WireProtection::kIntegrity ? "integrity" : "encrypt", n);
+    }
+  }
+  g_wire = WireProtection::kNone;
+}
+
+// The control channel's decoders under random and mutated payloads: every
+// input is either decoded or refused with kProtocol; nothing crashes.
+void FuzzMessageDecoders(int iterations) {
+  std::mt19937 rng(19);
+  std::vector<EntryMeta> metas{Meta("a#0", OpType::kAllreduce, DataType::kFloat32, {2, 3})};
+  std::vector<Response> resps(1);
+  resps[0].keys = {"x#0"};
+  resps[0].dim0s = {1, 2};
+  const std::vector<std::string> seeds{EncodeReady(metas), EncodeExecute(resps), EncodeBroken("dead")};
+  int refused = 0;
+  for (int i = 0; i < iterations; ++i) {
+    std::string p = seeds[i % seeds.size()];
+    switch (rng() % 4) {
+      case 0: p.assign(rng() % 256, '\0'); for (char& c : p) c = static_cast<char>(rng()); break;
+      case 1: for (int k = rng() % 8 + 1; k > 0 && !p.empty(); --k) p[rng() % p.size()] ^= static_cast<char>(1 << (rng() % 8)); break;
+      case 2: p.resize(rng() % (p.size() + 1)); break;
+      default:  // a huge count or length where a field was
+        if (p.size() >= 8) std::memset(&p[rng() % (p.size() - 7)], 0xff, 4 + rng() % 4);
+    }
+    std::vector<EntryMeta> m;
+    std::vector<Response> r;
+    std::string reason;
+    const Status a = DecodeReady(p, &m), b = DecodeExecute(p, &r), c = DecodeBroken(p, &reason);
+    for (const Status* s : {&a, &b, &c}) {
+      if (!s->ok()) ++refused;
+      CHECK(s->ok() || s->code() == Code::kProtocol, "decoder refused with " + s->message());
+    }
+  }
+  std::fprintf(stderr, "fuzzed message decoders: %d inputs, %d refusals\n", iterations, refused);
+}
+
 int main(int argc, char** argv) {
   const int max_ranks = argc > 1 ? std::atoi(argv[1]) : 12;
   const auto start = Clock::now();
   TestMessages();
+  TestFrameProtection();
+  FuzzMessageDecoders(std::getenv("TFX_FUZZ_ITERATIONS") ? std::atoi(std::getenv("TFX_FUZZ_ITERATIONS")) : 20000);
   TestCoordinator();
   TestCApi();
   TestNegotiationThroughTheRuntime();
   TestHierarchical();
   TestCollectives(max_ranks);
+  TestProtectedCollectives();
   const double s = std::chrono::duration<double>(Clock::now() - start).count();
   std::fprintf(stderr, "%d checks, %d failed, %.1f s\n", g_checks, g_failures, s);
   return g_failures == 0 ? 0 : 1;

@@ -6,7 +6,7 @@
 namespace tfx::comm {
 
 Status ConnectPair(int rank, int peer, int fd, bool try_shm, const Deadline& deadline,
-                   std::unique_ptr<Pair>* out) {
+                   std::unique_ptr<Pair>* out, const WireKeys* keys) {
   if (try_shm) {
     std::unique_ptr<ShmPair> shm;
     TFX_RETURN_IF_ERROR(ShmPair::Connect(rank, peer, fd, deadline, &shm));
@@ -15,8 +15,7 @@ Status ConnectPair(int rank, int peer, int fd, bool try_shm, const Deadline& dea
       return Status::Ok();
     }  // either side cannot map shared memory: TCP over the same connection
   }
-  out->reset(new TcpPair(rank, peer, fd));
-  return Status::Ok();
+  return TcpPair::Create(rank, peer, fd, keys, out);
 }
 
 }  // namespace tfx::comm
