@@ -97,6 +97,15 @@ SETTINGS = {
                 "`auto` does when there are two hosts or more and one has several "
                 "processes; `on` whenever there is more than one process; `off` keeps "
                 "the flat ring (whose order follows the hosts in every mode)."),
+        Setting("TFX_TIMELINE", "", str,
+                "Timeline: a Chrome trace (chrome://tracing, Perfetto) of every collective "
+                "of the cross-process runtime, one file per rank: `%r` in the path is "
+                "replaced by the rank; without it rank 0 writes the path as given and rank r "
+                "`<stem>.rank<r><ext>` (docs/timeline.md). Empty: no timeline. "
+                "`HOROVOD_TIMELINE` sets it."),
+        Setting("TFX_TIMELINE_MARK_CYCLES", False, _bool,
+                "Timeline: also mark each negotiation cycle that ran collectives "
+                "(`HOROVOD_TIMELINE_MARK_CYCLES` sets it)."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, int,
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),

@@ -21,6 +21,7 @@
 #include "custom_ops/comm/core/fusion/control_channel.h"
 #include "custom_ops/comm/core/fusion/coordinator.h"
 #include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/timeline.h"
 
 namespace tfx::comm {
 
@@ -61,6 +62,7 @@ class Runtime {
   bool Drive(const std::function<bool()>& finished, Clock::duration budget);
   void Stop();  // joins the thread, fails what is still pending
   Status broken() const;
+  Timeline& timeline() { return timeline_; }
 
  private:
   void Loop();
@@ -109,6 +111,7 @@ class Runtime {
   std::map<std::string, Entry> pending_;  // guarded by mu_
   std::map<std::string, int64_t> occurrences_;  // guarded by mu_
   std::vector<EntryMeta> local_ready_;    // rank 0: submitted, not yet in the table
+  Timeline timeline_;  // before thread_: the loop records into it
   std::thread thread_;
 };
 
