@@ -229,10 +229,26 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
         "dimension 0.")
 
 
-def join(device=""):
-    raise NotImplementedError(
-        "tfx_dist.horovod.join is not available: every rank must run the same collectives "
-        "(give every rank the same number of batches).")
+def join(device=-1):
+    """Waits until every rank has called ``join``; returns the rank that joined last.
+
+    Horovod's common use: each rank calls ``join()`` when it has run out of
+    data, and the ranks leave together. Unlike Horovod, a rank that has joined
+    does not take part in the others' later all-reduces (Horovod lets it
+    contribute zeros): here every rank must run the same collectives before
+    ``join``. "Last" is by each rank's wall clock at its call (exact on one
+    host; across hosts as good as their clock sync), ties to the highest rank.
+    Works eagerly and inside ``tf.function``.
+
+    Returns:
+      An int32 scalar tensor: the rank that called ``join`` last.
+    """
+    del device  # CPU only
+    stamp = tf.reshape(tf.stack([tf.timestamp(), tf.cast(basics.rank(), tf.float64)]), [1, 2])
+    stamps = _ops().all_gather(stamp, basics.communicator(), name="horovod.join")
+    # Rows come in rank order; reversed, argmax's first maximum is the highest rank of a tie.
+    newest_first = tf.reverse(stamps, axis=[0])
+    return tf.cast(newest_first[tf.argmax(newest_first[:, 0]), 1], tf.int32)
 
 
 def size_op(process_set_id=0, name=None):
