@@ -55,6 +55,8 @@ BENCHMARKS = [
     # Hierarchical vs flat-ring all-reduce, 2 simulated hosts x 2 workers, 1 Gbit/s
     # link (root and network namespaces; else its section says why it did not run).
     ("hierarchical_allreduce", "hierarchical_allreduce.py", [], [], False),
+    # All-to-all vs all-gather then slice, 2 and 4 processes (numpy API).
+    ("alltoall", "alltoall.py", [], [], False),
     # Multi-worker Keras fit throughput on 1, 2 and 4 one-thread workers.
     ("multi_worker_fit", "multi_worker_fit.py", [], [], False),
 ]

@@ -1,5 +1,6 @@
 """Cross-process collectives: one communicator per process, ring all-reduce,
-all-gather and broadcast over TCP or shared memory, with tensor fusion.
+all-gather, broadcast, all-to-all (with splits) and reduce-scatter over TCP or
+shared memory, with tensor fusion (all-reduce).
 
 Example (each process of a 2-process job runs this with its own rank; the
 tfx_dist launcher sets ``TFX_JOB_SECRET``)::
@@ -27,7 +28,7 @@ from tfx_dist.comm import _native, naming
 from tfx_dist.comm import timeline as _timeline
 from tfx_dist.comm.rendezvous import RendezvousError, connect_all
 
-__all__ = ["Communicator", "CollectiveError", "CollectiveTimeoutError", "CollectiveMismatchError",
+__all__ = ["Communicator", "CollectiveError", "CollectiveArgumentError", "CollectiveTimeoutError", "CollectiveMismatchError",
            "PeerConnectionError", "RendezvousError"]
 
 _NO_SECRET = (
@@ -41,6 +42,13 @@ class CollectiveError(RuntimeError):
     """A collective failed; the message names this rank, the peer and the operation."""
 
     code = 0
+
+
+class CollectiveArgumentError(CollectiveError, ValueError):
+    """This rank's request is invalid (e.g. all-to-all splits that do not sum
+    to the first dimension); raised before any negotiation, on this rank only."""
+
+    code = 1
 
 
 class CollectiveTimeoutError(CollectiveError, TimeoutError):
@@ -57,7 +65,7 @@ class CollectiveMismatchError(CollectiveError):
     code = 5
 
 
-_ERRORS = {2: CollectiveTimeoutError, 3: PeerConnectionError, 5: CollectiveMismatchError}
+_ERRORS = {1: CollectiveArgumentError, 2: CollectiveTimeoutError, 3: PeerConnectionError, 5: CollectiveMismatchError}
 
 
 def _raise(code: int, message: bytes | str) -> None:
@@ -225,14 +233,30 @@ class Communicator:
         return gathered.value, dim0.value
 
     @staticmethod
-    def _entry(name, op, array, out, reduction=0, compression=0, root=0, keep=None):
+    def _entry(name, op, array, out, reduction=0, compression=0, root=0, keep=None, splits=None,
+               received_splits=None):
         dims = _native.int_array(ctypes.c_int64, array.shape)
         keep.append(dims)
-        return _native.Entry(
+        entry = _native.Entry(
             name=name.encode(), op=op, dtype=_native.dtype_code(array.dtype), reduction=reduction,
             compression=compression, root=root, ndims=array.ndim, dims=dims,
             input=array.ctypes.data, output=out.ctypes.data if out is not None else None,
             alloc=_native.ALLOC_FN(), alloc_arg=None, done=_native.DONE_FN(), done_arg=None)
+        if splits is not None:
+            c_splits = _native.int_array(ctypes.c_int64, splits)
+            keep.append(c_splits)
+            entry.nsplits = len(splits)
+            entry.splits = c_splits
+            entry.received_splits = received_splits.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+        return entry
+
+    def _take(self, ptr, dim0: int, like: np.ndarray) -> np.ndarray:
+        """The runtime-allocated output of `dim0` rows like `like`'s, freed after copying."""
+        out = np.empty((dim0,) + like.shape[1:], like.dtype)
+        if out.nbytes:
+            ctypes.memmove(out.ctypes.data, ptr, out.nbytes)
+        _native.lib().tfx_comm_free(ptr)
+        return out
 
     def allreduce_numpy(self, arrays, reduction: str = "sum", name: str | None = None,
                         compression: str | None = None, out=None) -> list[np.ndarray]:
@@ -290,11 +314,68 @@ class Communicator:
         name, = naming.collective_names("allgather", 1, name, self._names)
         entry = self._entry(name, _native.OP_ALLGATHER, a, None, keep=keep)
         ptr, dim0 = self._run([entry])
-        out = np.empty((dim0,) + a.shape[1:], a.dtype)
-        if out.nbytes:
-            ctypes.memmove(out.ctypes.data, ptr, out.nbytes)
-        _native.lib().tfx_comm_free(ptr)
-        return out
+        return self._take(ptr, dim0, a)
+
+    def alltoall_numpy(self, array, splits, name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """All-to-all with splits, as Horovod's ``alltoall``.
+
+        Rows ``[off_j, off_j + splits[j])`` of ``array`` go to rank j
+        (``off_j`` the sum of the splits before j). Trailing dimensions and
+        dtype must be the same on every rank; the splits may differ.
+
+        Example (2 ranks)::
+
+            out, got = comm.alltoall_numpy(np.arange(3.0), [1, 2])
+            # rank 0 receives [0.0] from itself and rank 1's first row(s)
+
+        Args:
+          array: an array of rank >= 1 whose first dimension is ``sum(splits)``.
+          splits: one non-negative int per rank (zeros allowed).
+          name: names this call; must be the same on every rank.
+
+        Returns:
+          ``(output, received_splits)``: what every rank sent this one,
+          concatenated in rank order, and how many rows came from each rank
+          (int64, length size).
+
+        Raises:
+          CollectiveArgumentError: splits of the wrong length, negative, or not summing
+            to ``array.shape[0]`` (on this rank only, before any negotiation).
+          CollectiveMismatchError: ranks disagree on trailing dimensions or dtype.
+        """
+        a = np.ascontiguousarray(array)
+        if a.ndim == 0:
+            raise ValueError("alltoall needs an array of rank >= 1 (it splits dimension 0)")
+        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+        received = np.zeros(self.size, np.int64)
+        keep = []
+        name, = naming.collective_names("alltoall", 1, name, self._names)
+        entry = self._entry(name, _native.OP_ALLTOALL, a, None, keep=keep, splits=split_list,
+                            received_splits=received)
+        ptr, dim0 = self._run([entry])
+        return self._take(ptr, dim0, a), received
+
+    def reducescatter_numpy(self, array, reduction: str = "sum", name: str | None = None) -> np.ndarray:
+        """Reduce-scatter, as Horovod's ``reducescatter``: rank r receives the
+        reduction over ranks of block r of dimension 0. Blocks are as even as
+        possible, the first ``shape[0] % size`` ranks getting one row more
+        (rank r gets ``shape[0] // size + (r < shape[0] % size)`` rows).
+
+        Args:
+          array: an array of rank >= 1, the same shape and dtype on every rank.
+          reduction: ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
+          name: names this call; must be the same on every rank.
+        """
+        if reduction not in _native.REDUCTIONS:
+            raise ValueError(f"Expected reduction in {sorted(_native.REDUCTIONS)}. Received: {reduction!r}")
+        a = np.ascontiguousarray(array)
+        if a.ndim == 0:
+            raise ValueError("reducescatter needs an array of rank >= 1 (it scatters dimension 0)")
+        keep = []
+        name, = naming.collective_names("reducescatter", 1, name, self._names)
+        entry = self._entry(name, _native.OP_REDUCESCATTER, a, None, _native.REDUCTIONS[reduction], keep=keep)
+        ptr, dim0 = self._run([entry])
+        return self._take(ptr, dim0, a)
 
     def broadcast_numpy(self, arrays, root: int = 0, name: str | None = None) -> list[np.ndarray]:
         """Every rank receives root's arrays (same shapes and dtypes on every rank)."""

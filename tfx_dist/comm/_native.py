@@ -19,7 +19,7 @@ DONE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 
 # c_api.h's names, and their values here.
-OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST = 1, 2, 3
+OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER = 1, 2, 3, 4, 5
 REDUCTIONS = {"sum": 0, "mean": 1, "min": 2, "max": 3}
 COMPRESSIONS = {"none": 0, "float16": 1, "bfloat16": 2}
 DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "int64": 6, "uint8": 7}
@@ -32,7 +32,8 @@ ERR_LEN = 4096
 def _abi_names() -> dict:
     """Every constant of c_api.h this module uses, by its C name."""
     names = {"TFX_OP_ALLREDUCE": OP_ALLREDUCE, "TFX_OP_ALLGATHER": OP_ALLGATHER,
-             "TFX_OP_BROADCAST": OP_BROADCAST,
+             "TFX_OP_BROADCAST": OP_BROADCAST, "TFX_OP_ALLTOALL": OP_ALLTOALL,
+             "TFX_OP_REDUCESCATTER": OP_REDUCESCATTER,
              "sizeof(tfx_entry)": ctypes.sizeof(Entry), "sizeof(tfx_comm_options)": ctypes.sizeof(Options)}
     names.update({f"TFX_REDUCE_{k.upper()}": v for k, v in REDUCTIONS.items()})
     names.update({f"TFX_COMPRESSION_{k.upper()}": v for k, v in COMPRESSIONS.items()})
@@ -67,7 +68,9 @@ class Entry(ctypes.Structure):
                 ("root", ctypes.c_int32), ("ndims", ctypes.c_int32),
                 ("dims", ctypes.POINTER(ctypes.c_int64)), ("input", ctypes.c_void_p),
                 ("output", ctypes.c_void_p), ("alloc", ALLOC_FN), ("alloc_arg", ctypes.c_void_p),
-                ("done", DONE_FN), ("done_arg", ctypes.c_void_p)]
+                ("done", DONE_FN), ("done_arg", ctypes.c_void_p), ("nsplits", ctypes.c_int32),
+                ("splits", ctypes.POINTER(ctypes.c_int64)),
+                ("received_splits", ctypes.POINTER(ctypes.c_int64))]
 
 
 def _bfloat16():
@@ -121,6 +124,8 @@ def lib() -> ctypes.CDLL:
     so.tfx_comm_timeline.restype = ctypes.c_int32
     so.tfx_comm_timeline.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32, ctypes.c_char_p,
                                      ctypes.c_int32]
+    so.tfx_comm_size.restype = ctypes.c_int32
+    so.tfx_comm_size.argtypes = [ctypes.c_int64]
     so.tfx_comm_allreduce_algorithm.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]
     so.tfx_comm_stats.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
     so.tfx_comm_default_options.restype = Options

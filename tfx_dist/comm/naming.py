@@ -12,7 +12,7 @@ the same calls. A call's *group* name is
   make the same calls in the same order.
 
 Each tensor of the call is ``<group>/<i>``, except the single tensor of an
-all-gather, which is ``<group>``. The runtime appends ``#<occurrence>`` (how
+all-gather, all-to-all or reduce-scatter, which is ``<group>``. The runtime appends ``#<occurrence>`` (how
 many times this rank has used the name before), so a name may be reused
 call after call.
 """
@@ -25,6 +25,7 @@ import threading
 __all__ = ["collective_names"]
 
 _lock = threading.Lock()
+_SINGLE_TENSOR_KINDS = ("allgather", "alltoall", "reducescatter")
 _eager_counter = itertools.count()
 
 
@@ -32,7 +33,8 @@ def group_name(kind: str, name: str | None = None, counter=None) -> str:
     """The group name of one call of collective ``kind`` (see the module docstring).
 
     Args:
-      kind: ``"allreduce"``, ``"allgather"``, ``"broadcast"``.
+      kind: ``"allreduce"``, ``"allgather"``, ``"broadcast"``, ``"alltoall"``,
+        ``"reducescatter"``.
       name: the caller's name for the call, or None.
       counter: for the numpy API, the communicator's ``itertools.count``;
         None for TensorFlow ops (graph name, or the process-wide eager count).
@@ -53,7 +55,7 @@ def group_name(kind: str, name: str | None = None, counter=None) -> str:
 
 def tensor_names(kind: str, group: str, count: int) -> list[str]:
     """The names of the ``count`` tensors of a call named ``group``."""
-    if kind == "allgather":
+    if kind in _SINGLE_TENSOR_KINDS:
         return [group]
     return [f"{group}/{i}" for i in range(count)]
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfx_dist import _ops
-from tfx_dist.comm import naming
+from tfx_dist.comm import _native, naming
 
-__all__ = ["all_reduce", "all_gather", "broadcast"]
+__all__ = ["all_reduce", "all_gather", "broadcast", "all_to_all", "reduce_scatter"]
 
 _REDUCTIONS = ("sum", "mean", "min", "max")
 
@@ -72,3 +72,107 @@ def broadcast(tensors, communicator, root: int = 0, name: str | None = None) -> 
         return []
     return list(_lib().tfx_broadcast(tensors, communicator_id=communicator.handle, root=int(root),
                                      names=naming.collective_names("broadcast", len(tensors), name)))
+
+
+def all_to_all(tensor, splits, communicator, name: str | None = None):
+    """All-to-all with splits, as Horovod's ``hvd.alltoall(tensor, splits)``.
+
+    Rows ``[off_j, off_j + splits[j])`` of ``tensor`` go to process j
+    (``off_j`` = the sum of the splits before j); every process receives what
+    each process sent it, concatenated in rank order. Trailing dimensions and
+    dtype must agree across processes (else `CollectiveMismatchError` /
+    ``FailedPreconditionError`` on every process); the splits may differ.
+    Differentiable: the gradient of ``output`` goes back by an all-to-all
+    with ``received_splits`` as its splits.
+
+    Example (every process; ``ids`` routed to the process that owns them)::
+
+        owner = ids % comm.size
+        order = tf.argsort(owner)
+        splits = tf.math.bincount(owner, minlength=comm.size, maxlength=comm.size)
+        mine, counts = all_to_all(tf.gather(ids, order), splits, comm)
+
+    Args:
+      tensor: a tensor of rank >= 1 with ``sum(splits)`` rows (float16,
+        bfloat16, float32, float64, int32, int64, uint8).
+      splits: int32 or int64 vector, one non-negative count per process
+        (may be computed in the graph).
+      communicator: a `tfx_dist.comm.Communicator`.
+      name: identifies the call across processes; default derived from the
+        graph (see `tfx_dist.comm.naming`).
+
+    Returns:
+      ``(output, received_splits)``: ``output`` has the input's trailing
+      shape and a dynamic first dimension; ``received_splits`` is int64 of
+      length ``communicator.size``, the rows from each process.
+
+    Raises:
+      InvalidArgumentError: splits of the wrong length, negative or not
+        summing to the first dimension (this process only).
+    """
+    tensor = tf.convert_to_tensor(tensor)
+    splits = tf.convert_to_tensor(splits)
+    if splits.dtype not in (tf.int32, tf.int64):
+        raise TypeError(f"Expected `splits` of dtype int32 or int64. Received: splits.dtype={splits.dtype}")
+    output, received = _lib().tfx_all_to_all(tensor, splits, communicator_id=communicator.handle,
+                                             names=naming.collective_names("alltoall", 1, name))
+    return output, received
+
+
+def reduce_scatter(tensor, communicator, reduction: str = "sum", name: str | None = None):
+    """Reduce-scatter, as Horovod's ``hvd.reducescatter``.
+
+    Process r receives the reduction over processes of block r of
+    dimension 0. Blocks are as even as possible, the first
+    ``shape[0] % size`` processes getting one row more: process r gets
+    ``shape[0] // size + (r < shape[0] % size)`` rows: Horovod's convention
+    (``ReducescatterOp::ComputeOutputShapeForRank`` in
+    horovod/common/ops/collective_operations.cc; its docs say only that dim 0
+    "will be divided across the different Horovod processes"). Unlike
+    ``hvd.reducescatter`` (default ``op=Average``) the default here is
+    ``"sum"``. Every process passes the same shape and dtype.
+
+    Args:
+      tensor: a tensor of rank >= 1 (float16, bfloat16, float32, float64,
+        int32, int64).
+      communicator: a `tfx_dist.comm.Communicator`.
+      reduction: ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
+      name: identifies the call across processes.
+
+    Returns:
+      This process's block of the reduction (dynamic first dimension).
+      Differentiable for ``"sum"`` and ``"mean"``: the gradient is the
+      all-gather of the output's gradient (divided by size for the mean).
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"Expected reduction in {_REDUCTIONS}. Received: reduction={reduction!r}")
+    tensor = tf.convert_to_tensor(tensor)
+    return _lib().tfx_reduce_scatter(tensor, communicator_id=communicator.handle, reduction=reduction,
+                                     names=naming.collective_names("reducescatter", 1, name))
+
+
+# The gradients name their collectives after the forward op's name, so every
+# process that ran the same forward collective makes the same backward one.
+@tf.RegisterGradient("TfxAllToAll")
+def _all_to_all_grad(op, grad, _received_grad):
+    comm_id = op.get_attr("communicator_id")
+    forward, = op.get_attr("names")
+    name = (forward.decode() if isinstance(forward, bytes) else forward) + "/grad"
+    back, _ = _lib().tfx_all_to_all(grad, op.outputs[1], communicator_id=comm_id, names=[name])
+    return back, None
+
+
+@tf.RegisterGradient("TfxReduceScatter")
+def _reduce_scatter_grad(op, grad):
+    reduction = op.get_attr("reduction")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("sum", "mean"):
+        raise LookupError(f"tfx_dist.comm.ops.reduce_scatter has no gradient for reduction={reduction!r} "
+                          "(only 'sum' and 'mean')")
+    forward, = op.get_attr("names")
+    name = (forward.decode() if isinstance(forward, bytes) else forward) + "/grad"
+    comm_id = op.get_attr("communicator_id")
+    full = _lib().tfx_all_gather(grad, communicator_id=comm_id, names=[name])
+    if reduction == "mean":
+        full = full / tf.cast(_native.lib().tfx_comm_size(comm_id), grad.dtype)
+    return full

@@ -36,6 +36,8 @@ TFX_SAME(Compression::kBFloat16, TFX_COMPRESSION_BFLOAT16);
 TFX_SAME(OpType::kAllreduce, TFX_OP_ALLREDUCE);
 TFX_SAME(OpType::kAllgather, TFX_OP_ALLGATHER);
 TFX_SAME(OpType::kBroadcast, TFX_OP_BROADCAST);
+TFX_SAME(OpType::kAlltoall, TFX_OP_ALLTOALL);
+TFX_SAME(OpType::kReducescatter, TFX_OP_REDUCESCATTER);
 TFX_SAME(Code::kOk, TFX_STATUS_OK);
 TFX_SAME(Code::kInvalidArgument, TFX_STATUS_INVALID_ARGUMENT);
 TFX_SAME(Code::kTimeout, TFX_STATUS_TIMEOUT);
@@ -64,7 +66,8 @@ const struct {
     TFX_ABI(TFX_DTYPE_UINT8), TFX_ABI(TFX_REDUCE_SUM), TFX_ABI(TFX_REDUCE_MEAN),
     TFX_ABI(TFX_REDUCE_MIN), TFX_ABI(TFX_REDUCE_MAX), TFX_ABI(TFX_COMPRESSION_NONE),
     TFX_ABI(TFX_COMPRESSION_FLOAT16), TFX_ABI(TFX_COMPRESSION_BFLOAT16), TFX_ABI(TFX_OP_ALLREDUCE),
-    TFX_ABI(TFX_OP_ALLGATHER), TFX_ABI(TFX_OP_BROADCAST), TFX_ABI(TFX_STATUS_OK),
+    TFX_ABI(TFX_OP_ALLGATHER), TFX_ABI(TFX_OP_BROADCAST), TFX_ABI(TFX_OP_ALLTOALL),
+    TFX_ABI(TFX_OP_REDUCESCATTER), TFX_ABI(TFX_STATUS_OK),
     TFX_ABI(TFX_STATUS_INVALID_ARGUMENT), TFX_ABI(TFX_STATUS_TIMEOUT),
     TFX_ABI(TFX_STATUS_CONNECTION_CLOSED), TFX_ABI(TFX_STATUS_PROTOCOL), TFX_ABI(TFX_STATUS_MISMATCH),
     TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED), TFX_ABI(TFX_HIERARCHICAL_OFF),
@@ -92,7 +95,7 @@ void CopyError(const std::string& msg, char* err, int32_t len) {
   err[len - 1] = '\0';
 }
 
-Status ToEntry(const tfx_entry& in, tfx::comm::Entry* out) {
+Status ToEntry(const tfx_entry& in, int size, tfx::comm::Entry* out) {
   using namespace tfx::comm;
   if (in.name == nullptr || in.name[0] == '\0') return Status(Code::kInvalidArgument, "a collective needs a name");
   const OpRow* row = FindOp(in.op);
@@ -110,12 +113,21 @@ Status ToEntry(const tfx_entry& in, tfx::comm::Entry* out) {
   out->meta.shape.assign(in.dims, in.dims + in.ndims);
   for (int64_t d : out->meta.shape)
     if (d < 0) return Status(Code::kInvalidArgument, "negative dimension");
-  if (const char* refused = row->check_local(out->meta)) return Status(Code::kInvalidArgument, refused);
+  if (out->meta.op == OpType::kAlltoall) {
+    if (in.nsplits < 0 || (in.nsplits > 0 && in.splits == nullptr))
+      return Status(Code::kInvalidArgument, "all-to-all needs its splits");
+    out->meta.splits.assign(in.splits, in.splits + in.nsplits);
+    if (in.received_splits == nullptr)
+      return Status(Code::kInvalidArgument, "all-to-all needs a buffer for the received splits");
+    out->received_splits = in.received_splits;
+  }
+  const std::string refused = row->check_local(out->meta, size);
+  if (!refused.empty()) return Status(Code::kInvalidArgument, refused);
   const size_t bytes = out->meta.bytes();
   if (bytes > 0 && in.input == nullptr) return Status(Code::kInvalidArgument, "no input buffer");
-  if (out->meta.op == OpType::kAllgather && in.alloc == nullptr)
-    return Status(Code::kInvalidArgument, "all-gather needs an output allocator");
-  if (out->meta.op != OpType::kAllgather && bytes > 0 && in.output == nullptr)
+  if (row->allocates_output && in.alloc == nullptr)
+    return Status(Code::kInvalidArgument, std::string(row->name) + " needs an output allocator");
+  if (!row->allocates_output && bytes > 0 && in.output == nullptr)
     return Status(Code::kInvalidArgument, "no output buffer");
   if (in.done == nullptr) return Status(Code::kInvalidArgument, "no completion callback");
   out->input = in.input;
@@ -314,7 +326,7 @@ int32_t tfx_comm_submit_drive(int64_t id, const tfx_entry* entries, int32_t n, i
   std::vector<tfx::comm::Entry> converted(n);
   auto left = std::make_shared<std::atomic<int>>(n);
   for (int i = 0; i < n; ++i) {
-    Status st = ToEntry(entries[i], &converted[i]);
+    Status st = ToEntry(entries[i], comm->size(), &converted[i]);
     if (!st.ok()) {
       CopyError("tfx_dist rank " + std::to_string(comm->rank()) + ": collective '" +
                     (entries[i].name ? entries[i].name : "") + "': " + st.message(), err, err_len);
@@ -342,12 +354,13 @@ int32_t tfx_comm_run(int64_t id, const tfx_entry* entries, int32_t n, void** gat
   for (auto& e : mine) {
     e.done = &WaiterDone;
     e.done_arg = &w;
-    if (e.op == TFX_OP_ALLGATHER && e.alloc == nullptr) {
+    const tfx::comm::OpRow* row = tfx::comm::FindOp(e.op);
+    if (row != nullptr && row->allocates_output && e.alloc == nullptr) {
       e.alloc = &WaiterAlloc;
       e.alloc_arg = &w;
-      size_t row = tfx::comm::ElementSize(static_cast<tfx::comm::DataType>(e.dtype));
-      for (int d = 1; d < e.ndims; ++d) row *= static_cast<size_t>(e.dims[d]);
-      w.row_bytes = row;
+      size_t row_bytes = tfx::comm::ElementSize(static_cast<tfx::comm::DataType>(e.dtype));
+      for (int d = 1; d < e.ndims; ++d) row_bytes *= static_cast<size_t>(e.dims[d]);
+      w.row_bytes = row_bytes;
     }
   }
   if (n == 0) return 0;

@@ -30,7 +30,7 @@ enum {
   TFX_DTYPE_UINT8 = 7 /* bytes: all-gather and broadcast only */
 };
 
-/* Reductions (tfx_entry.reduction; all-reduce only). */
+/* Reductions (tfx_entry.reduction; all-reduce and reduce-scatter). */
 enum { TFX_REDUCE_SUM = 0, TFX_REDUCE_MEAN = 1, TFX_REDUCE_MIN = 2, TFX_REDUCE_MAX = 3 };
 
 /* Wire compression of float32 all-reduces (tfx_entry.compression). */
@@ -38,7 +38,13 @@ enum { TFX_COMPRESSION_NONE = 0, TFX_COMPRESSION_FLOAT16 = 1, TFX_COMPRESSION_BF
 
 /* Collectives (tfx_entry.op). A new one also needs a row in
  * core/executors/ops.cc (see custom_ops/comm/README.md). */
-enum { TFX_OP_ALLREDUCE = 1, TFX_OP_ALLGATHER = 2, TFX_OP_BROADCAST = 3 };
+enum {
+  TFX_OP_ALLREDUCE = 1,
+  TFX_OP_ALLGATHER = 2,
+  TFX_OP_BROADCAST = 3,
+  TFX_OP_ALLTOALL = 4,     /* with splits: rows [off_j, off_j + splits[j]) go to rank j */
+  TFX_OP_REDUCESCATTER = 5 /* rank r gets the reduction of block r of dimension 0 */
+};
 
 /* Outcome codes (return values, tfx_done_fn's code). */
 enum {
@@ -80,7 +86,9 @@ TFX_API int64_t tfx_comm_abi_value(const char* name);
 
 /* Called once per entry with the outcome (a TFX_STATUS_ code), from the runtime thread. */
 typedef void (*tfx_done_fn)(void* arg, int32_t code, const char* message);
-/* All-gather: returns the output buffer for dim0 rows in total. */
+/* All-gather, all-to-all, reduce-scatter (the ops whose output's first
+ * dimension is known after negotiation): returns the output buffer for dim0
+ * rows (each row as the input's). */
 typedef void* (*tfx_alloc_fn)(void* arg, int64_t dim0);
 
 typedef struct {
@@ -98,6 +106,11 @@ typedef struct {
   void* alloc_arg;
   tfx_done_fn done;
   void* done_arg;
+  /* All-to-all only: nsplits (= size) rows to send to each rank, summing to
+   * dims[0]; received_splits (size values) gets the rows from each rank. */
+  int32_t nsplits;
+  const int64_t* splits;
+  int64_t* received_splits;
 } tfx_entry;
 
 /* Creates a communicator; takes ownership of every fd. data_fds[size] (-1 at
@@ -138,8 +151,9 @@ TFX_API int32_t tfx_comm_submit_drive(int64_t id, const tfx_entry* entries, int3
                                       char* err, int32_t err_len);
 
 /* Submits and waits (for Python; the caller releases the GIL). Returns the
- * first failing code (0 = OK) and its message in err. For allgather, entry
- * alloc may be NULL: the output is malloc'ed, returned in *gathered and
+ * first failing code (0 = OK) and its message in err. For allgather, alltoall
+ * and reducescatter, entry alloc may be NULL (one such entry per call): the
+ * output is malloc'ed, returned in *gathered and
  * *gathered_dim0, and freed with tfx_comm_free. */
 TFX_API int32_t tfx_comm_run(int64_t id, const tfx_entry* entries, int32_t n, void** gathered,
                              int64_t* gathered_dim0, char* err, int32_t err_len);

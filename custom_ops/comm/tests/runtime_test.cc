@@ -313,6 +313,126 @@ void TestBroadcast(Job& job, bool shm, size_t bytes, int* round) {
   ++*round;
 }
 
+
+// One all-to-all per dtype in one round: rank r sends splits[r][j] rows of
+// `cols` values to rank j, random in [0, max_rows] (zeros included, and
+// every row of one rank's splits zero now and then); value of row i of rank
+// r's input = Value(r, i * cols + c) + 6 (>= 0: uint8 too).
+void TestAlltoall(Job& job, bool shm, size_t cols, int max_rows, int* round) {
+  const int n = job.size();
+  std::mt19937 rng(1234 + *round * 17 + n);
+  std::vector<DataType> dtypes(std::begin(kReducible), std::end(kReducible));
+  dtypes.push_back(DataType::kUInt8);
+  const size_t nd = dtypes.size();
+  std::vector<std::vector<std::vector<int64_t>>> splits(nd, std::vector<std::vector<int64_t>>(n));
+  std::vector<std::vector<std::vector<char>>> ins(nd, std::vector<std::vector<char>>(n)), outs = ins;
+  std::vector<std::vector<std::vector<int64_t>>> got(nd, std::vector<std::vector<int64_t>>(n));
+  std::vector<std::vector<int64_t>> got_dim0(nd, std::vector<int64_t>(n, -1));
+  Latch latch;
+  std::vector<std::vector<Entry>> entries(n);
+  for (size_t d = 0; d < nd; ++d)
+    for (int r = 0; r < n; ++r) {
+      const DataType dt = dtypes[d];
+      const size_t elem = ElementSize(dt);
+      const bool silent = rng() % 5 == 0;  // sends nothing at all
+      int64_t rows = 0;
+      for (int j = 0; j < n; ++j) {
+        splits[d][r].push_back(silent ? 0 : static_cast<int64_t>(rng() % (max_rows + 1)));
+        rows += splits[d][r].back();
+      }
+      ins[d][r].resize(rows * cols * elem + 1);
+      for (size_t i = 0; i < rows * cols; ++i) Store(dt, ins[d][r].data(), i, Value(r, i) + 6);
+      got[d][r].assign(n, -1);
+      Entry e = MakeEntry("a2a" + std::to_string(*round) + "/" + DataTypeName(dt), OpType::kAlltoall, dt,
+                          ReduceOp::kSum, {rows, static_cast<int64_t>(cols)}, ins[d][r].data(), nullptr, &latch);
+      e.meta.splits = splits[d][r];
+      e.received_splits = got[d][r].data();
+      std::vector<char>* out = &outs[d][r];
+      int64_t* dim0 = &got_dim0[d][r];
+      e.allocate = [out, dim0, cols, elem](int64_t rows) -> void* {
+        *dim0 = rows;
+        out->resize(static_cast<size_t>(rows) * cols * elem + 1);
+        return out->data();
+      };
+      entries[r].push_back(std::move(e));
+    }
+  for (int r = 0; r < n; ++r) job[r].Submit(std::move(entries[r]));
+  latch.Wait();
+  for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+  for (size_t d = 0; d < nd; ++d)
+    for (int r = 0; r < n; ++r) {
+      const DataType dt = dtypes[d];
+      bool ok = true;
+      size_t at = 0;  // element of rank r's output
+      int64_t total = 0;
+      for (int src = 0; src < n; ++src) {
+        ok = ok && got[d][r][src] == splits[d][src][r];
+        total += splits[d][src][r];
+        int64_t first = 0;  // src's first row for r
+        for (int j = 0; j < r; ++j) first += splits[d][src][j];
+        for (size_t i = first * cols; ok && i < (first + splits[d][src][r]) * cols; ++i, ++at)
+          ok = Load(dt, outs[d][r].data(), at) == Value(src, i) + 6;
+      }
+      ok = ok && got_dim0[d][r] == total;
+      CHECK(ok, std::string("alltoall ") + DataTypeName(dt) + " over " + std::to_string(n) + " ranks, " +
+                    (shm ? "shm" : "tcp") + ", rank " + std::to_string(r) + ", round " + std::to_string(*round));
+    }
+  ++*round;
+}
+
+// One reduce-scatter per (dtype, reduction) of dim0 rows of `cols` values, in
+// one round: rank r gets rows [first, first + rows) of the reduction, the
+// first dim0 % n ranks one row more (RingSegment's cut, Horovod's).
+void TestReducescatter(Job& job, bool shm, size_t dim0, size_t cols, int* round) {
+  const int n = job.size();
+  struct Buf {
+    std::vector<char> in, out;
+    int64_t rows = -1;
+  };
+  std::vector<Buf> bufs;
+  bufs.reserve(n * 6 * 4);
+  Latch latch;
+  std::vector<std::vector<Entry>> entries(n);
+  for (int r = 0; r < n; ++r)
+    for (DataType dt : kReducible)
+      for (ReduceOp op : kReductions) {
+        const size_t elem = ElementSize(dt);
+        bufs.emplace_back();
+        Buf* b = &bufs.back();
+        b->in.resize(dim0 * cols * elem + 1);
+        for (size_t i = 0; i < dim0 * cols; ++i) Store(dt, b->in.data(), i, Value(r, i));
+        Entry e = MakeEntry("rs" + std::to_string(*round) + "/" + DataTypeName(dt) + "/" + ReduceOpName(op),
+                            OpType::kReducescatter, dt, op,
+                            {static_cast<int64_t>(dim0), static_cast<int64_t>(cols)}, b->in.data(), nullptr, &latch);
+        e.allocate = [b, cols, elem](int64_t rows) -> void* {
+          b->rows = rows;
+          b->out.resize(static_cast<size_t>(rows) * cols * elem + 1);
+          return b->out.data();
+        };
+        entries[r].push_back(std::move(e));
+      }
+  for (int r = 0; r < n; ++r) job[r].Submit(std::move(entries[r]));
+  latch.Wait();
+  for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+  size_t k = 0;
+  for (int r = 0; r < n; ++r) {
+    const size_t rows = dim0 / n + (static_cast<size_t>(r) < dim0 % n ? 1 : 0);
+    const size_t first = r * (dim0 / n) + std::min<size_t>(r, dim0 % n);
+    for (DataType dt : kReducible)
+      for (ReduceOp op : kReductions) {
+        const Buf& b = bufs[k++];
+        bool ok = b.rows == static_cast<int64_t>(rows);
+        size_t bad = 0;
+        for (size_t i = 0; ok && i < rows * cols; ++i)
+          if (!Close(dt, Load(dt, b.out.data(), i), Reference(dt, op, n, first * cols + i))) ok = false, bad = i;
+        CHECK(ok, "reducescatter " + Where(n, shm, dt, op, dim0 * cols) + ", rank " + std::to_string(r) +
+                      ": rows " + std::to_string(b.rows) + " (want " + std::to_string(rows) + "), element " +
+                      std::to_string(bad));
+      }
+  }
+  ++*round;
+}
+
 void TestCollectives(int max_ranks) {
   // chunk 4096 bytes: 1500 float64 elements span several chunks; 20000 float32
   // (80 KB) is reduced where it lies rather than packed (Packing::kDirectBytes).
@@ -329,6 +449,12 @@ void TestCollectives(int max_ranks) {
       TestAllgather(job, shm, DataType::kUInt8, 1001, &round);
       TestBroadcast(job, shm, 10001, &round);
       TestBroadcast(job, shm, 0, &round);
+      TestAlltoall(job, shm, 3, 3, &round);
+      TestAlltoall(job, shm, 1, 0, &round);      // nothing moves at all
+      TestAlltoall(job, shm, 257, 4, &round);    // blocks over a chunk (4 KiB)
+      TestReducescatter(job, shm, 2 * n + 1, 3, &round);  // not divisible by size
+      TestReducescatter(job, shm, n - 1, 2, &round);      // dim0 < size: a rank gets 0 rows
+      TestReducescatter(job, shm, 701, 3, &round);        // segments over a chunk
       std::fprintf(stderr, "collectives: %2d ranks over %s ok\n", n, shm ? "shm" : "tcp");
     }
 }
@@ -447,6 +573,24 @@ void TestNegotiationThroughTheRuntime() {
     for (const Status& s : latch.statuses) {
       CHECK(s.code() == Code::kTimeout, s.message());
       CHECK(s.message().find("rank 2 to submit") != std::string::npos, s.message());
+    }
+  }
+  {  // all-to-all with different trailing dimensions: a mismatch on every rank
+    Latch latch;
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(12, 1.0f));
+    for (int r = 0; r < 3; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("a2a", OpType::kAlltoall, DataType::kFloat32, ReduceOp::kSum, {3, r == 1 ? 4 : 2},
+                             bufs[r].data(), nullptr, &latch));
+      es.back().meta.splits = {1, 1, 1};
+      es.back().allocate = [](int64_t) -> void* { return nullptr; };
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& s : latch.statuses) {
+      CHECK(s.code() == Code::kMismatch, s.message());
+      CHECK(s.message().find("rank 1 submitted alltoall float32[3,4] splits=[1,1,1]") != std::string::npos,
+            s.message());
     }
   }
   int round = 100;
@@ -605,6 +749,38 @@ void TestCApi() {
   CHECK(tfx_comm_abi_value("sizeof(tfx_entry)") == sizeof(tfx_entry), "abi sizeof");
   CHECK(tfx_comm_abi_value("TFX_OP_BROADCAST") == TFX_OP_BROADCAST, "abi op");
   CHECK(tfx_comm_abi_value("nonsense") == -1, "abi unknown");
+  {  // all-to-all splits are checked where they are submitted
+    const int32_t none[1] = {-1}, alone[1] = {0};
+    char why[512] = {0};
+    const int64_t id = tfx_comm_create(0, 1, none, none, alone, nullptr, why, sizeof(why));
+    CHECK(id > 0, why);
+    const float in[4] = {1, 2, 3, 4};
+    int64_t got[1] = {-1};
+    const int64_t dims[1] = {4};
+    auto submit = [&](int32_t nsplits, const int64_t* splits) {
+      tfx_entry e{};
+      e.name = "bad";
+      e.op = TFX_OP_ALLTOALL;
+      e.dtype = TFX_DTYPE_FLOAT32;
+      e.ndims = 1;
+      e.dims = dims;
+      e.input = in;
+      e.alloc = [](void*, int64_t) -> void* { return nullptr; };
+      e.done = [](void*, int32_t, const char*) {};
+      e.nsplits = nsplits;
+      e.splits = splits;
+      e.received_splits = got;
+      why[0] = '\0';
+      const int32_t rc = tfx_comm_submit(id, &e, 1, why, sizeof(why));
+      return rc == TFX_STATUS_INVALID_ARGUMENT ? std::string(why) : "accepted";
+    };
+    const int64_t three[1] = {3}, negative[1] = {-4}, two[2] = {2, 2};
+    CHECK(submit(1, three).find("sum to 3, not to the tensor's first dimension 4") != std::string::npos,
+          submit(1, three));
+    CHECK(submit(1, negative).find("must be >= 0") != std::string::npos, submit(1, negative));
+    CHECK(submit(2, two).find("one split per rank (1); got 2") != std::string::npos, submit(2, two));
+    tfx_comm_destroy(id);
+  }
   tfx_comm_options bad = d;
   bad.chunk_bytes = 0;
   char err[256] = {0};

@@ -65,6 +65,7 @@ struct CallState {
   std::mutex mu;
   absl::Status status;
   std::vector<std::vector<int64_t>> dims;
+  std::vector<int64_t> splits;  // all-to-all: read by the runtime until done
 
   static void OnDone(void* arg, int32_t code, const char* message) {
     CallState* s = static_cast<CallState*>(arg);
@@ -104,10 +105,13 @@ class CollectiveKernel : public AsyncOpKernel {
   }
 
  protected:
-  // Builds the state and the entries (one per input); outputs already allocated.
+  // Builds the state and the entries (one per input, or the first input only
+  // with one_entry); outputs already allocated unless the runtime allocates
+  // them (allocates). splits/received_splits: all-to-all's.
   void Submit(OpKernelContext* ctx, DoneCallback done, int32_t op, int32_t reduction,
-              int32_t compression, int32_t root) {
-    const int n = ctx->num_inputs();
+              int32_t compression, int32_t root, bool one_entry = false,
+              const std::vector<int64_t>* splits = nullptr, int64_t* received_splits = nullptr) {
+    const int n = one_entry ? 1 : ctx->num_inputs();
     if (n == 0) {
       done();
       return;
@@ -116,7 +120,8 @@ class CollectiveKernel : public AsyncOpKernel {
                       absl::InvalidArgumentError("tfx_dist: " + std::to_string(n) + " tensors but " +
                                                  std::to_string(names_.size()) + " names"),
                       done);
-    CallState* state = new CallState{ctx, std::move(done), {n}, {}, absl::OkStatus(), {}};
+    CallState* state = new CallState{ctx, std::move(done), {n}, {}, absl::OkStatus(), {}, {}};
+    if (splits != nullptr) state->splits = *splits;
     std::vector<tfx_entry> entries(n);
     state->dims.resize(n);
     for (int i = 0; i < n; ++i) {
@@ -133,12 +138,15 @@ class CollectiveKernel : public AsyncOpKernel {
       e.ndims = in.dims();
       e.dims = state->dims[i].data();
       e.input = in.tensor_data().data();
-      const bool gather = op == TFX_OP_ALLGATHER;
-      e.output = gather ? nullptr : const_cast<char*>(ctx->mutable_output(i)->tensor_data().data());
-      e.alloc = gather ? &CallState::Allocate : nullptr;
+      const bool allocates = op == TFX_OP_ALLGATHER || op == TFX_OP_ALLTOALL || op == TFX_OP_REDUCESCATTER;
+      e.output = allocates ? nullptr : const_cast<char*>(ctx->mutable_output(i)->tensor_data().data());
+      e.alloc = allocates ? &CallState::Allocate : nullptr;
       e.alloc_arg = state;
       e.done = &CallState::OnDone;
       e.done_arg = state;
+      e.nsplits = static_cast<int32_t>(state->splits.size());
+      e.splits = state->splits.data();
+      e.received_splits = received_splits;
     }
     // Plain submit: the runtime thread runs the collective and calls done.
     // Driving the runtime from this executor thread instead
@@ -216,8 +224,60 @@ class TfxBroadcastOp : public CollectiveKernel {
   int32_t root_;
 };
 
+// The splits are read here (a host tensor of int32 or int64) and checked by
+// the runtime (count, sign, sum); received_splits is allocated now (one per
+// rank) and filled by the runtime before the data moves.
+class TfxAllToAllOp : public CollectiveKernel {
+ public:
+  using CollectiveKernel::CollectiveKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
+                      absl::InvalidArgumentError("TfxAllToAll needs a tensor of rank >= 1 (it splits "
+                                                 "dimension 0); got a scalar"),
+                      done);
+    const Tensor& split_t = ctx->input(1);
+    OP_REQUIRES_ASYNC(ctx, split_t.dims() == 1,
+                      absl::InvalidArgumentError("TfxAllToAll: splits must be a vector, got shape " +
+                                                 split_t.shape().DebugString()),
+                      done);
+    std::vector<int64_t> splits(split_t.NumElements());
+    for (int64_t i = 0; i < split_t.NumElements(); ++i)
+      splits[i] = split_t.dtype() == tensorflow::DT_INT32 ? split_t.flat<int32_t>()(i) : split_t.flat<int64_t>()(i);
+    const int32_t size = tfx_comm_size(comm_id_);
+    OP_REQUIRES_ASYNC(ctx, size > 0,
+                      absl::InvalidArgumentError("tfx_dist: no communicator with id " + std::to_string(comm_id_) +
+                                                 " in this process"),
+                      done);
+    Tensor* received = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(1, TensorShape({size}), &received), done);
+    Submit(ctx, std::move(done), TFX_OP_ALLTOALL, TFX_REDUCE_SUM, TFX_COMPRESSION_NONE, 0, /*one_entry=*/true,
+           &splits, received->flat<int64_t>().data());
+  }
+};
+
+class TfxReduceScatterOp : public CollectiveKernel {
+ public:
+  explicit TfxReduceScatterOp(OpKernelConstruction* c) : CollectiveKernel(c) {
+    std::string reduction;
+    OP_REQUIRES_OK(c, c->GetAttr("reduction", &reduction));
+    reduction_ = ReductionCode(reduction);
+  }
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
+                      absl::InvalidArgumentError("TfxReduceScatter needs a tensor of rank >= 1 (it "
+                                                 "scatters dimension 0); got a scalar"),
+                      done);
+    Submit(ctx, std::move(done), TFX_OP_REDUCESCATTER, reduction_, TFX_COMPRESSION_NONE, 0);
+  }
+
+ private:
+  int32_t reduction_;
+};
+
 }  // namespace
 
+REGISTER_KERNEL_BUILDER(Name("TfxAllToAll").Device(tensorflow::DEVICE_CPU), TfxAllToAllOp);
+REGISTER_KERNEL_BUILDER(Name("TfxReduceScatter").Device(tensorflow::DEVICE_CPU), TfxReduceScatterOp);
 REGISTER_KERNEL_BUILDER(Name("TfxAllReduce").Device(tensorflow::DEVICE_CPU), TfxAllReduceOp);
 REGISTER_KERNEL_BUILDER(Name("TfxAllGather").Device(tensorflow::DEVICE_CPU), TfxAllGatherOp);
 REGISTER_KERNEL_BUILDER(Name("TfxBroadcast").Device(tensorflow::DEVICE_CPU), TfxBroadcastOp);

@@ -68,4 +68,60 @@ REGISTER_OP("TfxBroadcast")
 Every process receives the root process's tensors.
 )doc");
 
+REGISTER_OP("TfxAllToAll")
+    .Input("tensor: T")
+    .Input("splits: Tsplits")
+    .Output("output: T")
+    .Output("received_splits: int64")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
+    .Attr("Tsplits: {int32, int64}")
+    .Attr("communicator_id: int")
+    .Attr("names: list(string)")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle splits;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &splits));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      ShapeHandle in = c->input(0);
+      if (!c->RankKnown(in)) {
+        c->set_output(0, c->UnknownShape());
+        return absl::OkStatus();
+      }
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+All-to-all with splits: rows [off_j, off_j + splits[j]) of `tensor` go to
+process j; `output` is what every process sent this one, in rank order, and
+`received_splits` how many rows came from each.
+)doc");
+
+REGISTER_OP("TfxReduceScatter")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .Attr("T: {half, bfloat16, float, double, int32, int64}")
+    .Attr("communicator_id: int")
+    .Attr("reduction: {'sum', 'mean', 'min', 'max'} = 'sum'")
+    .Attr("names: list(string)")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle in = c->input(0);
+      if (!c->RankKnown(in)) {
+        c->set_output(0, c->UnknownShape());
+        return absl::OkStatus();
+      }
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Reduce-scatter: process r receives the reduction of block r of dimension 0
+(the first dim0 % size processes one row more, as Horovod's reducescatter).
+)doc");
+
 }  // namespace tfx

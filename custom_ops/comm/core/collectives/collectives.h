@@ -46,9 +46,11 @@ enum class RingPhases { kBoth, kScatterReduce, kAllgather };
 
 // The same over the concatenation of `pieces`, without copying them into one
 // buffer: every rank must pass pieces of the same sizes in the same order.
-// kMean divides by size only with kBoth.
+// kMean divides by size only with kBoth. Segments are cut in units of
+// `grain` elements (reduce-scatter: one row), count a multiple of it.
 Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pieces,
-                     DataType dtype, ReduceOp op, RingPhases phases = RingPhases::kBoth);
+                     DataType dtype, ReduceOp op, RingPhases phases = RingPhases::kBoth,
+                     size_t grain = 1);
 
 // How the ring cuts `count` elements into `size` segments: segment i starts
 // at element *first and has *elems elements.
@@ -82,6 +84,24 @@ Status HierarchicalAllreduce(const HierarchicalContext& ctx, const std::vector<P
 // (they may differ). in holds block_bytes[rank] bytes.
 Status RingAllgather(const CollectiveContext& ctx, const void* in, void* out,
                      const std::vector<size_t>& block_bytes);
+
+// All-to-all over every pair (alltoall.cc): this rank sends send_bytes[j]
+// bytes from in + send_off[j] to rank j and receives recv_bytes[j] from rank
+// j into out + recv_off[j] (its own block is copied). peers[j]: the pair to
+// rank j (null at rank). Pairwise schedule: step k = 1..size-1 sends to
+// rank + k and receives from rank - k at once, so no rank waits on a rank
+// that waits on it, whatever the sizes (zero included).
+struct MeshContext {
+  int rank = 0;
+  int size = 1;
+  std::vector<Pair*> peers;
+  const Deadline* deadline = nullptr;
+  std::string what;
+  size_t chunk_bytes = 128 << 10;
+};
+Status PairwiseAlltoall(const MeshContext& ctx, const char* in, const std::vector<size_t>& send_off,
+                        const std::vector<size_t>& send_bytes, char* out, const std::vector<size_t>& recv_off,
+                        const std::vector<size_t>& recv_bytes);
 
 // buf (bytes long) on every rank becomes root's buf. Chain-pipelined around
 // the ring starting at root.

@@ -3,7 +3,7 @@
 // Terms:
 //   segment  The buffer of `count` elements is cut into `size` segments, one
 //            per rank, of count/size elements (the first count%size one
-//            more). Segment i's bytes are what travel in one ring step.
+//            more; in units of `grain` elements when given). Segment i's bytes are what travel in one ring step.
 //   step     2*(size-1) steps. In step s rank r sends segment (r - s) to its
 //            right neighbour and receives segment (r - s - 1) from its left.
 //            Steps 0..size-2 are the scatter-reduce: the received segment is
@@ -84,7 +84,7 @@ std::vector<Piece> OutSlices(const std::vector<Piece>& pieces, size_t begin, siz
 }
 
 Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pieces,
-                     DataType dtype, ReduceOp op, RingPhases phases) {
+                     DataType dtype, ReduceOp op, RingPhases phases, size_t grain) {
   const size_t elem = ElementSize(dtype);
   ReduceFn reduce = GetReduceFn(dtype, op);
   if (reduce == nullptr) {
@@ -108,9 +108,9 @@ Status RingAllreduce(const CollectiveContext& ctx, const std::vector<Piece>& pie
   std::vector<size_t> seg_off(n), seg_bytes(n);
   for (int i = 0; i < n; ++i) {
     size_t first = 0, elems = 0;
-    RingSegment(count, n, i, &first, &elems);
-    seg_off[i] = first * elem;
-    seg_bytes[i] = elems * elem;
+    RingSegment(count / grain, n, i, &first, &elems);
+    seg_off[i] = first * grain * elem;
+    seg_bytes[i] = elems * grain * elem;
   }
   auto seg = [n](long long i) { return static_cast<int>(((i % n) + n) % n); };
   const int s_begin = phases == RingPhases::kAllgather ? n - 1 : 0;

@@ -36,6 +36,22 @@ CollectiveContext ExecContext::TopologyRing(const std::string& what, const Deadl
   return RingThrough(*this, topology->RingOrder(), what, deadline);
 }
 
+CollectiveContext ExecContext::RingOf(const std::vector<int>& members, const std::string& what,
+                                      const Deadline* deadline) const {
+  return RingThrough(*this, members, what, deadline);
+}
+
+MeshContext ExecContext::Mesh(const std::string& what, const Deadline* deadline) const {
+  MeshContext mesh;
+  mesh.rank = rank;
+  mesh.size = size;
+  for (int peer = 0; peer < size; ++peer) mesh.peers.push_back(peer == rank ? nullptr : pair(peer));
+  mesh.deadline = deadline;
+  mesh.what = what;
+  mesh.chunk_bytes = chunk_bytes;
+  return mesh;
+}
+
 HierarchicalContext ExecContext::Hierarchy(const std::string& what, const Deadline* deadline) const {
   const Topology& t = *topology;
   const int local = t.local_of[rank];

@@ -53,6 +53,12 @@ struct ExecContext {
   // The same ring with the ranks in topology order (Topology::RingOrder),
   // for collectives whose result does not depend on the order (all-reduce).
   CollectiveContext TopologyRing(const std::string& what, const Deadline* deadline) const;
+  // The ring through `members` (ranks, in ring order), e.g. rank order
+  // rotated so that ring segment i is rank i's (reduce-scatter).
+  CollectiveContext RingOf(const std::vector<int>& members, const std::string& what,
+                           const Deadline* deadline) const;
+  // Every pair, for collectives that talk to all peers (all-to-all).
+  MeshContext Mesh(const std::string& what, const Deadline* deadline) const;
   // This rank's host ring and cross-host ring (HierarchicalAllreduce).
   HierarchicalContext Hierarchy(const std::string& what, const Deadline* deadline) const;
 };

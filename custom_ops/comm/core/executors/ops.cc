@@ -8,11 +8,13 @@ namespace tfx::comm {
 std::unique_ptr<Executor> MakeAllreduceExecutor();
 std::unique_ptr<Executor> MakeAllgatherExecutor();
 std::unique_ptr<Executor> MakeBroadcastExecutor();
+std::unique_ptr<Executor> MakeAlltoallExecutor();
+std::unique_ptr<Executor> MakeReducescatterExecutor();
 
 namespace {
 
-const char* AllreduceCheckLocal(const EntryMeta& m) {
-  return m.dtype == DataType::kUInt8 ? "all-reduce does not support uint8" : nullptr;
+std::string AllreduceCheckLocal(const EntryMeta& m, int) {
+  return m.dtype == DataType::kUInt8 ? "all-reduce does not support uint8" : "";
 }
 
 bool AllreduceAgree(const EntryMeta& a, const EntryMeta& b) {
@@ -50,17 +52,63 @@ std::string BroadcastCheckAgreed(const EntryMeta& m, int size, const std::string
          std::to_string(size) + ")";
 }
 
+std::string SplitsText(const std::vector<int64_t>& splits) {
+  std::string s = "[";
+  for (size_t i = 0; i < splits.size(); ++i) s += (i ? ", " : "") + std::to_string(splits[i]);
+  return s + "]";
+}
+
+// splits: one non-negative count per rank, summing to dimension 0.
+std::string AlltoallCheckLocal(const EntryMeta& m, int size) {
+  if (m.shape.empty()) return "all-to-all needs a tensor of rank >= 1 (it splits dimension 0); got a scalar";
+  if (static_cast<int>(m.splits.size()) != size)
+    return "all-to-all needs one split per rank (" + std::to_string(size) + "); got " +
+           std::to_string(m.splits.size()) + ": " + SplitsText(m.splits);
+  int64_t sum = 0;
+  for (int64_t s : m.splits) {
+    if (s < 0) return "all-to-all splits must be >= 0; got " + SplitsText(m.splits);
+    sum += s;
+  }
+  if (sum != m.shape[0])
+    return "all-to-all splits " + SplitsText(m.splits) + " sum to " + std::to_string(sum) +
+           ", not to the tensor's first dimension " + std::to_string(m.shape[0]);
+  return "";
+}
+
+// Every rank's splits, so that each knows what it receives from whom.
+void AlltoallComplete(const std::vector<EntryMeta>& by_rank, Response* resp) {
+  for (const EntryMeta& m : by_rank) resp->dim0s.insert(resp->dim0s.end(), m.splits.begin(), m.splits.end());
+}
+
+std::string ReducescatterCheckLocal(const EntryMeta& m, int) {
+  if (m.dtype == DataType::kUInt8) return "reduce-scatter does not support uint8";
+  if (m.shape.empty()) return "reduce-scatter needs a tensor of rank >= 1 (it scatters dimension 0); got a scalar";
+  return "";
+}
+
+bool ReducescatterAgree(const EntryMeta& a, const EntryMeta& b) {
+  return a.shape == b.shape && a.reduction == b.reduction;
+}
+
 std::string NoCheck(const EntryMeta&, int, const std::string&) { return ""; }
-const char* NoLocalCheck(const EntryMeta&) { return nullptr; }
+std::string NoLocalCheck(const EntryMeta&, int) { return ""; }
 
 const OpRow kOps[] = {
-    // op, name, check_local, agree, check_agreed, complete, fuses, make_executor
+    // op, name, check_local, agree, check_agreed, complete, fuses, make_executor, allocates_output
     {OpType::kAllreduce, "allreduce", AllreduceCheckLocal, AllreduceAgree, NoCheck, nullptr,
-     AllreduceFuses, MakeAllreduceExecutor},
+     AllreduceFuses, MakeAllreduceExecutor, false},
     {OpType::kAllgather, "allgather", NoLocalCheck, AllgatherAgree, AllgatherCheckAgreed,
-     AllgatherComplete, nullptr, MakeAllgatherExecutor},
+     AllgatherComplete, nullptr, MakeAllgatherExecutor, true},
     {OpType::kBroadcast, "broadcast", NoLocalCheck, BroadcastAgree, BroadcastCheckAgreed, nullptr,
-     nullptr, MakeBroadcastExecutor},
+     nullptr, MakeBroadcastExecutor, false},
+    // All-to-all agrees like all-gather (all but dimension 0); not fused: one
+    // exchange per tensor (see custom_ops/comm/README.md).
+    {OpType::kAlltoall, "alltoall", AlltoallCheckLocal, AllgatherAgree, NoCheck, AlltoallComplete,
+     nullptr, MakeAlltoallExecutor, true},
+    // Not fused: each tensor's blocks are its own rows, so a bucket would not
+    // be one ring segment per rank.
+    {OpType::kReducescatter, "reducescatter", ReducescatterCheckLocal, ReducescatterAgree, NoCheck,
+     nullptr, nullptr, MakeReducescatterExecutor, true},
 };
 
 }  // namespace

@@ -16,9 +16,9 @@ namespace tfx::comm {
 struct OpRow {
   OpType op;
   const char* name;  // as in errors: "allreduce"
-  // A request this op cannot take, checked where it is submitted (before any
-  // negotiation): an error message, or null.
-  const char* (*check_local)(const EntryMeta& m);
+  // A request this op cannot take in a job of `size` ranks, checked where it
+  // is submitted (before any negotiation): an error message, or "".
+  std::string (*check_local)(const EntryMeta& m, int size);
   // Whether two ranks' requests for one key describe the same collective
   // (op and dtype are compared before).
   bool (*agree)(const EntryMeta& a, const EntryMeta& b);
@@ -32,6 +32,10 @@ struct OpRow {
   // never fused (every key gets a response of its own).
   bool (*fuses)(const EntryMeta& first, const EntryMeta& next);
   std::unique_ptr<Executor> (*make_executor)();
+  // The executor allocates the output (Entry::allocate): its first dimension
+  // is known only once every rank's request is (all-gather, all-to-all), or
+  // depends on the rank (reduce-scatter).
+  bool allocates_output;
 };
 
 // The row of `op`, or null when it is not a known op (a code off the wire).

@@ -58,7 +58,7 @@ std::string Coordinator::Disagreement(const std::string& key, const Pending& p) 
   std::string msg = "tfx_dist: ranks disagree on collective " + UserName(key) + ":";
   for (int r = 0; r < size_; ++r) msg += " rank " + std::to_string(r) + " submitted " + p.metas[r].Describe() + (r + 1 < size_ ? ";" : ".");
   msg += " Every rank must call the same collectives with the same names, dtypes, shapes"
-         " (all-gather: all but the first dimension) and reductions.";
+         " (all-gather, all-to-all: all but the first dimension) and reductions.";
   return msg;
 }
 

@@ -63,7 +63,12 @@ std::string EntryMeta::Describe() const {
   std::string s = std::string(OpTypeName(op)) + " " + DataTypeName(dtype) + "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
   s += "]";
-  if (op == OpType::kAllreduce) {
+  if (op == OpType::kAlltoall) {
+    s += " splits=[";
+    for (size_t i = 0; i < splits.size(); ++i) s += (i ? "," : "") + std::to_string(splits[i]);
+    s += "]";
+  }
+  if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
     s += std::string(" ") + ReduceOpName(reduction);
     if (compression != Compression::kNone) s += std::string(" compression=") + CompressionName(compression);
   }
@@ -83,6 +88,8 @@ std::string EncodeReady(const std::vector<EntryMeta>& metas) {
     w.Put<int32_t>(m.root);
     w.Put<uint32_t>(static_cast<uint32_t>(m.shape.size()));
     for (int64_t d : m.shape) w.Put<int64_t>(d);
+    w.Put<uint32_t>(static_cast<uint32_t>(m.splits.size()));
+    for (int64_t d : m.splits) w.Put<int64_t>(d);
   }
   return w.Take();
 }
@@ -106,6 +113,11 @@ Status DecodeReady(const std::string& payload, std::vector<EntryMeta>* metas) {
     m.compression = static_cast<Compression>(comp);
     m.shape.resize(ndims);
     for (auto& d : m.shape)
+      if (!r.Get(&d)) return Malformed("READY");
+    uint32_t nsplits;
+    if (!r.Get(&nsplits) || nsplits > (1u << 16)) return Malformed("READY");
+    m.splits.resize(nsplits);
+    for (auto& d : m.splits)
       if (!r.Get(&d)) return Malformed("READY");
     metas->push_back(std::move(m));
   }

@@ -32,7 +32,7 @@
 namespace tfx::comm {
 
 // The codes are the C API's TFX_OP_ values; each has a row in executors/ops.cc.
-enum class OpType : uint8_t { kAllreduce = 1, kAllgather = 2, kBroadcast = 3 };
+enum class OpType : uint8_t { kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kAlltoall = 4, kReducescatter = 5 };
 const char* OpTypeName(OpType op);  // the op table's name
 
 struct EntryMeta {
@@ -43,6 +43,7 @@ struct EntryMeta {
   Compression compression = Compression::kNone;
   int32_t root = 0;
   std::vector<int64_t> shape;
+  std::vector<int64_t> splits;  // all-to-all: rows to each rank (empty for the other ops)
 
   int64_t num_elements() const;
   size_t bytes() const;
@@ -53,7 +54,10 @@ struct Response {
   OpType op = OpType::kAllreduce;
   std::vector<std::string> keys;
   std::string error;           // non-empty: the keys fail with it, nothing runs
-  std::vector<int64_t> dim0s;  // all-gather: first dimension on each rank
+  // What the op row's `complete` adds. All-gather: the first dimension on
+  // each rank. All-to-all: every rank's splits, rank after rank (size*size:
+  // rank i sends dim0s[i*size + j] rows to rank j).
+  std::vector<int64_t> dim0s;
   bool failed() const { return !error.empty(); }
 };
 

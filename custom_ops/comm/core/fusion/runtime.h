@@ -30,7 +30,10 @@ struct Entry {
   EntryMeta meta;  // meta.key is the call's name; the runtime appends "#<occurrence>"
   const void* input = nullptr;
   void* output = nullptr;                       // allreduce, broadcast: preallocated
-  std::function<void*(int64_t dim0)> allocate;  // allgather: output for the total dim 0
+  // allgather, alltoall, reducescatter (OpRow::allocates_output): the output
+  // for dim0 rows, once the ranks have agreed.
+  std::function<void*(int64_t dim0)> allocate;
+  int64_t* received_splits = nullptr;  // alltoall: size values, rows from each rank
   std::function<void(const Status&)> done;
   Clock::time_point submitted;
 };
