@@ -1,73 +1,59 @@
-"""The timeline (HOROVOD_TIMELINE / TFX_TIMELINE) on 2 real processes: valid
-Chrome traces naming every tensor, with its phases in order."""
+"""The timeline (TFX_TIMELINE) on 2 real processes: valid Chrome traces naming
+every tensor, with its phases in order. HOROVOD_TIMELINE and hvd.start_timeline
+are checked in test_horovod_alltoall.py (its job imports TensorFlow anyway)."""
 
 from __future__ import annotations
 
-import json
-import os
+from timeline_check import check_in_order, load_trace, tensors
 
 import workers
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = """
+import json, os
+import numpy as np
+import workers
+from tfx_dist.comm import Communicator
+
+config = json.loads(os.environ["TF_CONFIG"])
+rank = config["task"]["index"]
+comm = Communicator(rank, 2, config["cluster"]["worker"])
+total, = comm.allreduce_numpy([np.arange(1000, dtype=np.float32)], name="grad_a")
+gathered = comm.allgather_numpy(np.ones((rank + 1, 3), np.float32), name="gather_b")
+comm.broadcast_numpy([np.array([7, 8], np.int64)], root=0, name="bcast_c")
+first = comm.timeline_path
+second = comm.start_timeline(os.path.join(os.environ["WORKDIR"], "second.json"))
+after, = comm.allreduce_numpy([np.ones(4, np.float32)], name="after_start")
+comm.stop_timeline()
+workers.report({"sum_ok": bool(np.allclose(total, np.arange(1000) * 2)),
+                "gathered_rows": int(gathered.shape[0]), "after": after.tolist(),
+                "first": first, "second": second})
+comm.close()
+"""
 
 
-def load_trace(path: str) -> list:
-    with open(path) as f:
-        events = json.load(f)  # the file must be complete JSON
-    assert isinstance(events, list) and events, path
-    return events
-
-
-def phases(events: list, tensor: str) -> dict:
-    """Span name -> the spans of ``tensor``'s first occurrence."""
-    out = {}
-    for e in events:
-        if e.get("ph") == "X" and e["args"].get("tensor") == tensor and e["args"]["occurrence"] == 0:
-            assert e["dur"] >= 0 and e["ts"] > 0, e
-            out.setdefault(e["name"], []).append(e)
-    return out
-
-
-def check_in_order(events: list, tensor: str, op: str, rank: int) -> dict:
-    spans = phases(events, tensor)
-    negotiate, = spans[f"NEGOTIATE_{op}"]
-    run, = spans[op]
-    assert run["args"]["tensor"] == tensor
-    # Negotiation ends where the run begins (one clock reading, rounded to us).
-    assert negotiate["ts"] + negotiate["dur"] <= run["ts"] + 1, (negotiate, run)
-    assert negotiate["pid"] == run["pid"] == rank
-    if rank == 0:  # the coordinator also sees every rank's READY
-        wait, = spans["WAIT_FOR_PEERS"]
-        assert negotiate["ts"] <= wait["ts"] and wait["ts"] + wait["dur"] <= negotiate["ts"] + negotiate["dur"] + 1
-    return run["args"]
-
-
-def test_horovod_timeline_two_processes(tmp_path):
+def test_timeline_two_processes(tmp_path):
     path = str(tmp_path / "timeline.json")
-    with open(os.path.join(HERE, "scripts", "timeline_worker.py")) as f:
-        results = workers.run_workers(f.read(), 2, str(tmp_path), timeout_s=180,
-                                      extra_env={"HOROVOD_TIMELINE": path})
-    for r in results:
+    results = workers.run_workers(SCRIPT, 2, str(tmp_path), timeout_s=120,
+                                  extra_env={"TFX_TIMELINE": path})
+    for rank, r in enumerate(results):
         assert r.result["sum_ok"] and r.result["gathered_rows"] == 3 and r.result["after"] == [2.0] * 4
-    assert results[1].result["second"] == str(tmp_path / "second.rank1.json")
-    for rank, file in enumerate([path, str(tmp_path / "timeline.rank1.json")]):
-        events = load_trace(file)
+        suffix = "" if rank == 0 else f".rank{rank}"
+        assert r.result["first"] == str(tmp_path / f"timeline{suffix}.json")
+        assert r.result["second"] == str(tmp_path / f"second{suffix}.json")
+        events = load_trace(r.result["first"])
         args = check_in_order(events, "grad_a/0", "ALLREDUCE", rank)
         assert args["bytes"] == 4000 and args["dtype"] == "float32" and args["shape"] == "[1000]"
         args = check_in_order(events, "gather_b", "ALLGATHER", rank)
         assert args["shape"] == f"[{rank + 1},3]"
         check_in_order(events, "bcast_c/0", "BROADCAST", rank)
-        names = {e["args"].get("tensor") for e in events if e.get("ph") == "X"}
-        assert any("in_function" in n for n in names), names  # inside tf.function too
-        assert "after_start/0" not in names  # start_timeline closed this file
+        assert "after_start/0" not in tensors(events)  # start_timeline closed this file
         rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-        assert "grad_a/0" in rows
+        assert {"grad_a/0", "gather_b", "bcast_c/0"} <= rows
         if rank == 0:
-            ready = {e["args"]["rank"] for e in events if e["name"] == "READY"}
-            assert ready == {0, 1}
-        second = load_trace(results[rank].result["second"])
+            assert {e["args"]["rank"] for e in events if e["name"] == "READY"} == {0, 1}
+        second = load_trace(r.result["second"])
         check_in_order(second, "after_start/0", "ALLREDUCE", rank)
-        assert "grad_a/0" not in {e["args"].get("tensor") for e in second if e.get("ph") == "X"}
+        assert "grad_a/0" not in tensors(second)
 
 
 COMM_SCRIPT = """
