@@ -62,7 +62,8 @@ SETTINGS = {
                 "Seconds any wait of the collective runtime (rendezvous, negotiation, "
                 "one collective) may take before failing with an error naming the peer."),
         # The runtime's options (TFX_TIMEOUT_S, TFX_COMM_FUSION_BYTES,
-        # TFX_CYCLE_TIME_MS, TFX_SHM, TFX_CHUNK_BYTES, TFX_HIERARCHICAL) have their defaults here
+        # TFX_CYCLE_TIME_MS, TFX_SHM, TFX_CHUNK_BYTES, TFX_HIERARCHICAL, TFX_HIERARCHICAL_MIN_STRIPE_BYTES)
+        # have their defaults here
         # only: tfx_dist.comm passes every one to the C API explicitly, since
         # these are the ones users read (README table) and override.
         Setting("TFX_COMM_FUSION_BYTES", 64 << 20, int,
@@ -95,7 +96,8 @@ SETTINGS = {
                 "(shared memory), run the ring between hosts (local rank i of every "
                 "host over 1/L of the buffer), then share the result within each host. "
                 "`auto` does when there are two hosts or more and one has several "
-                "processes; `on` whenever there is more than one process; `off` keeps "
+                "processes, for buckets of at least TFX_HIERARCHICAL_MIN_STRIPE_BYTES per "
+                "process of a host; `on` whenever there is more than one process; `off` keeps "
                 "the flat ring (whose order follows the hosts in every mode)."),
         Setting("TFX_TIMELINE", "", str,
                 "Timeline: a Chrome trace (chrome://tracing, Perfetto) of every collective "
@@ -106,6 +108,12 @@ SETTINGS = {
         Setting("TFX_TIMELINE_MARK_CYCLES", False, _bool,
                 "Timeline: also mark each negotiation cycle that ran collectives "
                 "(`HOROVOD_TIMELINE_MARK_CYCLES` sets it)."),
+        Setting("TFX_HIERARCHICAL_MIN_STRIPE_BYTES", 2 << 10, int,
+                "Under TFX_HIERARCHICAL=auto, an all-reduce bucket goes through hosts only "
+                "when each process of the widest host carries at least this many bytes of it "
+                "across (the bucket divided by the processes per host); smaller buckets take "
+                "the flat ring, where one latency-bound phase beats three (measured on 2 "
+                "simulated hosts: BENCHMARKS.md)."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, int,
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),

@@ -138,6 +138,8 @@ def test_the_library_matches_the_python_bindings_and_settings():
     assert bool(d.use_shm) == settings.SETTINGS["TFX_SHM"].default
     assert d.chunk_bytes == settings.SETTINGS["TFX_CHUNK_BYTES"].default
     assert d.hierarchical == _native.HIERARCHICAL[settings.SETTINGS["TFX_HIERARCHICAL"].default]
+    assert d.hierarchical_min_stripe_bytes == settings.SETTINGS[
+        "TFX_HIERARCHICAL_MIN_STRIPE_BYTES"].default
     assert so.tfx_comm_abi_value(b"TFX_OP_ALLGATHER") == _native.OP_ALLGATHER
 
 

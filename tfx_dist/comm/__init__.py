@@ -146,7 +146,8 @@ class Communicator:
             cycle_time_ms=float(settings.get("TFX_CYCLE_TIME_MS", cycle_time_ms)),
             use_shm=int(bool(settings.get("TFX_SHM", shm))),
             chunk_bytes=int(settings.get("TFX_CHUNK_BYTES")),
-            hierarchical=_native.HIERARCHICAL[self.hierarchical])
+            hierarchical=_native.HIERARCHICAL[self.hierarchical],
+            hierarchical_min_stripe_bytes=int(settings.get("TFX_HIERARCHICAL_MIN_STRIPE_BYTES")))
         lib = _native.lib()
         if size > 1:
             conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s)

@@ -59,7 +59,8 @@ class Options(ctypes.Structure):
     _fields_ = [("timeout_s", ctypes.c_double), ("bucket_bytes", ctypes.c_int64),
                 ("cycle_time_ms", ctypes.c_double), ("use_shm", ctypes.c_int32),
                 ("chunk_bytes", ctypes.c_int64), ("hierarchical", ctypes.c_int32),
-                ("timeline_path", ctypes.c_char_p), ("timeline_mark_cycles", ctypes.c_int32)]
+                ("timeline_path", ctypes.c_char_p), ("timeline_mark_cycles", ctypes.c_int32),
+                ("hierarchical_min_stripe_bytes", ctypes.c_int64)]
 
 
 class Entry(ctypes.Structure):

@@ -178,6 +178,9 @@ Status ToOptions(const tfx_comm_options& in, tfx::comm::CommunicatorOptions* out
   if (in.hierarchical < TFX_HIERARCHICAL_OFF || in.hierarchical > TFX_HIERARCHICAL_AUTO)
     return Status(Code::kInvalidArgument, "tfx_dist: invalid communicator option hierarchical " +
                                               std::to_string(in.hierarchical) + ": want 0 (off), 1 (on) or 2 (auto)");
+  if (in.hierarchical_min_stripe_bytes < 0)
+    return Status(Code::kInvalidArgument, "tfx_dist: invalid communicator option hierarchical_min_stripe_bytes " +
+                                              std::to_string(in.hierarchical_min_stripe_bytes) + ": want >= 0");
   if (!(in.timeout_s > 0) || in.bucket_bytes < 0 || !(in.cycle_time_ms >= 0) || in.chunk_bytes <= 0)
     return Status(Code::kInvalidArgument,
                   "tfx_dist: invalid communicator options (timeout_s " + std::to_string(in.timeout_s) +
@@ -192,6 +195,7 @@ Status ToOptions(const tfx_comm_options& in, tfx::comm::CommunicatorOptions* out
   out->hierarchical = static_cast<tfx::comm::Hierarchical>(in.hierarchical);
   out->timeline_path = in.timeline_path != nullptr ? in.timeline_path : "";
   out->timeline_mark_cycles = in.timeline_mark_cycles != 0;
+  out->hierarchical_min_stripe_bytes = static_cast<size_t>(in.hierarchical_min_stripe_bytes);
   return Status::Ok();
 }
 
@@ -210,6 +214,7 @@ tfx_comm_options tfx_comm_default_options(void) {
   o.hierarchical = static_cast<int32_t>(d.hierarchical);
   o.timeline_path = nullptr;
   o.timeline_mark_cycles = 0;
+  o.hierarchical_min_stripe_bytes = static_cast<int64_t>(d.hierarchical_min_stripe_bytes);
   return o;
 }
 

@@ -73,6 +73,9 @@ typedef struct {
   int32_t hierarchical;  /* a TFX_HIERARCHICAL_ code */
   const char* timeline_path;    /* NULL or "": no timeline; else this rank's Chrome trace file */
   int32_t timeline_mark_cycles; /* timeline: mark negotiation cycles */
+  /* auto only: a bucket goes through hosts when each process of a host
+   * carries at least this many bytes of it across (TFX_HIERARCHICAL_MIN_STRIPE_BYTES) */
+  int64_t hierarchical_min_stripe_bytes;
 } tfx_comm_options;
 
 /* The runtime's defaults, for C callers (the C++ tests). Python passes every

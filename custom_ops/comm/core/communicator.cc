@@ -45,6 +45,14 @@ Status Communicator::LearnTopology(const std::vector<bool>& same_host) {
   for (int r = 0; r < size_; ++r) by_rank[r].assign(rows.begin() + r * size_, rows.begin() + (r + 1) * size_);
   topology_ = Topology::FromRows(by_rank);
   hierarchical_ = topology_.UseHierarchical(options_.hierarchical);
+  // Under auto, a bucket too small to give each process of a host a stripe
+  // of min_stripe bytes stays on the flat ring: its phases would be pure
+  // latency, three of them instead of one.
+  if (options_.hierarchical == Hierarchical::kAuto) {
+    size_t widest = 1;
+    for (const auto& h : topology_.hosts) widest = std::max(widest, h.size());
+    hierarchical_min_bytes_ = options_.hierarchical_min_stripe_bytes * widest;
+  }
   return Status::Ok();
 }
 
@@ -116,6 +124,7 @@ Status Communicator::Execute(const Response& resp, std::vector<Entry*>& entries)
   ctx.stats = &stats_;
   ctx.topology = &topology_;
   ctx.hierarchical = hierarchical_;
+  ctx.hierarchical_min_bytes = hierarchical_min_bytes_;
   const Status st = executors_[code]->Execute(resp, entries, ctx);
   auto ns = [](Clock::duration d) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();

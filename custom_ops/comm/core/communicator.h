@@ -27,6 +27,7 @@ struct CommunicatorOptions {
   Hierarchical hierarchical = Hierarchical::kAuto;
   std::string timeline_path;  // non-empty: start the timeline (timeline.h) there
   bool timeline_mark_cycles = false;
+  size_t hierarchical_min_stripe_bytes = 2 << 10;  // kAuto only (tfx_dist/settings.py says why)
 };
 
 class Communicator {
@@ -83,6 +84,7 @@ class Communicator {
   std::vector<std::unique_ptr<Pair>> pairs_;
   Topology topology_;
   bool hierarchical_ = false;
+  size_t hierarchical_min_bytes_ = 0;  // buckets below this take the flat ring
   std::unique_ptr<Runtime> runtime_;
   FusionBuffer fusion_buffer_;  // used by whoever runs the runtime's Step
   std::vector<std::unique_ptr<Executor>> executors_;  // by OpType code, made on first use

@@ -533,6 +533,16 @@ void TestHierarchical() {
       }
     }
   }
+  // Auto keeps buckets too small for a 2 KiB stripe per process of a host
+  // (4 KiB on 2 hosts x 2) on the flat ring; `on` does not.
+  for (Hierarchical mode : {Hierarchical::kAuto, Hierarchical::kOn}) {
+    Job job = MakeJob(4, true, 20.0, 4096, 64 << 20, {0, 0, 1, 1}, mode);
+    TestOneAllreduce(job, DataType::kFloat32, ReduceOp::kSum, 1023, "auto threshold 4092 bytes");
+    const int64_t small = job[0].stats().hierarchical_buckets.load();
+    CHECK(small == (mode == Hierarchical::kOn ? 1 : 0), "a 4092-byte bucket through hosts: " + std::to_string(small));
+    TestOneAllreduce(job, DataType::kFloat32, ReduceOp::kSum, 1024, "auto threshold 4096 bytes");
+    CHECK(job[0].stats().hierarchical_buckets.load() == small + 1, "a 4096-byte bucket through hosts");
+  }
   // Rows that do not describe hosts (1 sees 0 and 2, which do not see each
   // other): every rank a host of its own, on every rank alike.
   const Topology t = Topology::FromRows({{1, 1, 0}, {1, 1, 1}, {0, 1, 1}});

@@ -3,7 +3,8 @@
 // run of the small ones (Packing); compressed, on the 16-bit copy of the
 // whole bucket (Compress). A mean is a sum scaled at the end. The ring is
 // the flat one in topology order, or the hierarchical all-reduce (within
-// hosts, across them, within them again) when ctx.hierarchical.
+// hosts, across them, within them again) when ctx.hierarchical and the bucket
+// is at least ctx.hierarchical_min_bytes.
 #include "custom_ops/comm/core/executors/ops.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 
@@ -23,9 +24,13 @@ class AllreduceExecutor : public Executor {
       ctx.stats->allreduce_bytes.fetch_add(static_cast<int64_t>(e->meta.bytes()), std::memory_order_relaxed);
     Deadline deadline(ctx.timeout_s);
     const std::string what = DescribeEntries("allreduce", entries);
-    if (ctx.hierarchical) ctx.stats->hierarchical_buckets.fetch_add(1, std::memory_order_relaxed);
+    size_t bucket_bytes = 0;
+    for (Entry* e : entries) bucket_bytes += e->meta.bytes();
+    if (comp != Compression::kNone) bucket_bytes /= 2;  // the 16-bit wire copy
+    const bool through_hosts = ctx.hierarchical && bucket_bytes >= ctx.hierarchical_min_bytes;
+    if (through_hosts) ctx.stats->hierarchical_buckets.fetch_add(1, std::memory_order_relaxed);
     auto reduce = [&](const std::vector<Piece>& pieces, DataType dtype) {
-      if (ctx.hierarchical) return HierarchicalAllreduce(ctx.Hierarchy(what, &deadline), pieces, dtype, op);
+      if (through_hosts) return HierarchicalAllreduce(ctx.Hierarchy(what, &deadline), pieces, dtype, op);
       return RingAllreduce(ctx.TopologyRing(what, &deadline), pieces, dtype, op);
     };
     if (comp == Compression::kNone) {

@@ -45,6 +45,7 @@ struct ExecContext {
   CommStats* stats = nullptr;
   const Topology* topology = nullptr;  // null: every rank a host of its own
   bool hierarchical = false;           // all-reduce through hosts (Topology::UseHierarchical)
+  size_t hierarchical_min_bytes = 0;   // ... for buckets of at least this many bytes
 
   Pair* pair(int peer) const { return (*pairs)[peer].get(); }
   // The ring around this rank in rank order, for one collective named `what`
