@@ -59,6 +59,10 @@ BENCHMARKS = [
     ("alltoall", "alltoall.py", [], [], False),
     # Multi-worker Keras fit throughput on 1, 2 and 4 one-thread workers.
     ("multi_worker_fit", "multi_worker_fit.py", [], [], False),
+    # Parameter servers (issue 16): lookup round trip vs TF's PS; click-through throughput
+    # vs TF's PS and a dense Embedding under MWMS, and worker memory as the table grows.
+    ("ps_lookup", "ps_lookup.py", [], [], False),
+    ("ps_ctr", "ps_ctr.py", [], [], False),
 ]
 
 
@@ -167,6 +171,27 @@ def targets_summary(runs: dict) -> list[str]:
                      f"{'trains' if check.get('ok') else 'fails'}, ours: "
                      f"{'trains' if systems['tfx_central'].get('dropout_check', {}).get('ok') else 'fails'} |")
     lines += _cross_process_targets(runs)
+    lines += _parameter_server_targets(runs)
+    return lines
+
+
+def _parameter_server_targets(runs: dict) -> list[str]:
+    """Issue 16's targets: lookup latency, click-through throughput, flat worker memory."""
+    lines = []
+    lookup = runs.get("ps_lookup", {}).get("result")
+    if lookup:
+        lines.append(f"| PS lookup of 4096 ids, 2 servers: >= 10x lower p50/p99 than TF's PS | "
+                     f"{common.met(min(lookup['ratio_p50'], lookup['ratio_p99']) >= 10)} | "
+                     f"{lookup['ratio_p50']:.1f}x (p50), {lookup['ratio_p99']:.1f}x (p99) |")
+    ctr = runs.get("ps_ctr", {}).get("result")
+    if ctr and ctr.get("ratio_vs_best_baseline"):
+        ratio = ctr["ratio_vs_best_baseline"]
+        lines.append(f"| PS click-through training, 2 ps + 2 workers: >= 3x the best baseline's "
+                     f"examples/s | {common.met(ratio >= 3)} | {ratio:.2f}x |")
+    if ctr and ctr.get("rss_growth"):
+        growth = ctr["rss_growth"]
+        lines.append(f"| PS worker memory flat (within 10%) as the table grows 10x | "
+                     f"{common.met(abs(growth - 1) <= 0.10)} | RSS x{growth:.3f} |")
     return lines
 
 

@@ -58,9 +58,28 @@ def test_each_server_writes_its_shard_beside_the_checkpoint(saved):
     assert all(s.startswith(os.path.basename(result["saved"])) for s in shards), (shards, result["saved"])
 
 
-def test_keras_save_weights_refuses_a_table_on_servers(saved):
-    message = saved[1]["save_weights_error"]
-    assert message and "'items'" in message and "tf.train.Checkpoint" in message, message
+def test_checkpoint_manager_deletes_the_shard_files_of_old_checkpoints(saved):
+    ckpt, result = saved
+    first = os.path.basename(result["first_saved"])
+    assert first != os.path.basename(result["saved"])
+    # max_to_keep=1 deleted the first checkpoint: TensorFlow's files and the servers' shards.
+    assert not [f for f in result["files"] if f.startswith(first + ".") or f.startswith(first + "-")], \
+        result["files"]
+
+
+def test_keras_save_weights_then_load_weights_into_three_servers(tmp_path, saved):
+    """save_weights / model.save: each server writes its shard beside each worker's file. A job
+    of 3 servers loads a copy of the chief's .weights.h5 with load_weights: the same rows and
+    dense weights, and training on reaches the same rows (the servers' optimizer slots and
+    Keras's were restored)."""
+    ckpt, result = saved
+    files = result["keras_files"]
+    for name in ("w0.weights.h5", "w1.weights.h5", "m0.keras", "m1.keras"):
+        assert name in files, files
+        shards = sorted(f.rsplit(".shard-", 1)[1] for f in files if f.startswith(name + "-tfx_ps-"))
+        assert shards == ["0-of-2", "1-of-2"], (name, files)
+    for w in _restore(tmp_path, ckpt, num_ps=3, KERAS="1"):
+        _same_training(result, w)
 
 
 def test_restore_into_one_server_and_bad_files(tmp_path, saved):

@@ -38,6 +38,7 @@ from tfx_dist._tf_compat.keras_optimizer import optimizer_with_gradient_hook  # 
 from tfx_dist._tf_compat.patches import (build_from_first_replica,  # noqa: E402
                                          check_partial_batches_locally,
                                          current_checkpoint_prefix, current_restore_prefix,
+                                         delete_with_checkpoints,
                                          hand_over_dropped_iterators,
                                          read_one_element_per_replica, replica_loss_share,
                                          route_table_gradients)
@@ -50,6 +51,7 @@ __all__ = [
     "dataset_function_graphs", "dataset_inputs", "init_collective_extended", "input_workers",
     "run_independently", "skip_partial_batch_check",
     "build_from_first_replica", "check_partial_batches_locally", "current_checkpoint_prefix",
-    "current_restore_prefix", "hand_over_dropped_iterators", "read_one_element_per_replica",
+    "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",
+    "read_one_element_per_replica",
     "replica_loss_share", "route_table_gradients", "optimizer_with_gradient_hook",
 ]

@@ -33,7 +33,11 @@ mark, and is installed (with the others) by the first call that needs one:
    for the duration of the call, so that an object serialized into the
    checkpoint (a parameter-server table, whose servers write their own
    files) can put its files beside it and find them there again, wherever
-   the checkpoint was copied.
+   the checkpoint was copied. And ``checkpoint_management._delete_file_if_exists``
+   (how `tf.train.CheckpointManager` deletes the checkpoints beyond
+   ``max_to_keep``, and `tf.train.remove_checkpoint`), when it deletes a
+   checkpoint's ``.index``, also deletes the files registered with
+   `delete_with_checkpoints` beside it (the tables' shard files).
 6. Keras's model build from the first batch (`build_from_first_replica`):
    ``TensorFlowTrainer._maybe_symbolic_build`` averages the first batch's
    per-replica values element-wise (``strategy.reduce("MEAN", batch,
@@ -303,6 +307,29 @@ def _install_checkpoint_prefix() -> None:
                           lambda: original_restore(self, save_path, *args, **kwargs))
 
     saver.save, saver.restore = save, restore
+
+    from tensorflow.python.checkpoint import checkpoint_management
+    original_delete = checkpoint_management._delete_file_if_exists
+
+    def delete_file_if_exists(filespec):
+        original_delete(filespec)
+        if isinstance(filespec, str) and filespec.endswith(".index"):
+            prefix = filespec[:-len(".index")]
+            for suffix in tuple(_companion_globs):
+                for path in tf.io.gfile.glob(prefix + suffix):
+                    tf.io.gfile.remove(path)
+
+    checkpoint_management._delete_file_if_exists = delete_file_if_exists
+
+
+_companion_globs: list[str] = []
+
+
+def delete_with_checkpoints(glob_suffix: str) -> None:
+    """TensorFlow's deletion of checkpoint ``P`` also deletes the files ``P + glob_suffix``."""
+    install()
+    if glob_suffix not in _companion_globs:
+        _companion_globs.append(glob_suffix)
 
 # -- 6. Keras's model build from the first replica's values -------------------------------------
 

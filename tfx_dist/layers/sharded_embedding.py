@@ -83,12 +83,19 @@ class ShardedEmbedding(keras.layers.Layer):
         return _combine(rows, segments, num_segments, self.combiner)
 
     def save_own_variables(self, store):
-        _refuse_keras_file_of_remote_table(self, "save_weights / save")
         super().save_own_variables(store)
+        # A table on parameter servers: its servers write the rows beside Keras's file.
+        save_rows = getattr(self.table, "save_to_keras_store", None)
+        if save_rows is not None:
+            save_rows(store)
 
     def load_own_variables(self, store):
-        _refuse_keras_file_of_remote_table(self, "load_weights / load_model")
-        super().load_own_variables(store)
+        load_rows = getattr(self.table, "load_from_keras_store", None)
+        if load_rows is None:
+            super().load_own_variables(store)
+            return
+        self.table.anchor.assign(store["0"])  # the rest of the entry names the servers' files
+        load_rows(store)
 
     def compute_output_shape(self, input_shape):
         if self.combiner is None:
@@ -101,16 +108,6 @@ class ShardedEmbedding(keras.layers.Layer):
                       embeddings_initializer=keras.initializers.serialize(
                           self.embeddings_initializer))
         return config
-
-
-def _refuse_keras_file_of_remote_table(layer, what):
-    """Keras's one-file saves would keep only the table's stand-in variable, not its rows."""
-    if layer.table is not None and not isinstance(layer.table, embedding_tables.LocalTable):
-        raise NotImplementedError(
-            f"ShardedEmbedding '{layer.name}': Keras's {what} cannot hold a table that lives on "
-            "parameter servers yet (its rows would be lost). Save and restore the model with "
-            "tf.train.Checkpoint or tf.train.CheckpointManager: each server writes its own shard "
-            "beside the checkpoint, and a checkpoint restores into any number of servers.")
 
 
 def _flatten(inputs, combiner):

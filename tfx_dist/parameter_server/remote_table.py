@@ -31,7 +31,7 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
-from tfx_dist.parameter_server import _native, table_checkpoint
+from tfx_dist.parameter_server import _native, keras_files, table_checkpoint
 
 # A dense shape for the anchor's gradient: the rows it names are ids, not
 # positions in a variable of that size (dynamic tables have no size).
@@ -60,6 +60,8 @@ class RemoteTable(tfc.trackable_base.Trackable):
         self.table_id = table_id
         self._client_id = client_id
         self._optimizer = None  # the store optimizer last sent to the servers
+        # CheckpointManager's clean-up of old checkpoints deletes their shard files too.
+        tfc.delete_with_checkpoints(table_checkpoint.SHARD_FILES_OF_CHECKPOINT)
         try:
             initializer = store.initializer_from_keras(layer.embeddings_initializer)
         except ValueError as e:
@@ -121,6 +123,19 @@ class RemoteTable(tfc.trackable_base.Trackable):
                                       client_id=self._client_id, table_id=self.table_id)
 
     # -- checkpoints ---------------------------------------------------------------------------
+
+    @property
+    def optimizer_rule(self):
+        """The store optimizer rule the servers train (and keep slots for), or None."""
+        return self._optimizer
+
+    def save_to_keras_store(self, store) -> None:
+        """Keras's ``save_own_variables``: the servers write their shards beside the file."""
+        keras_files.save(self, store)
+
+    def load_from_keras_store(self, store) -> None:
+        """Keras's ``load_own_variables``: the servers read the shards beside the file."""
+        keras_files.load(self, store)
 
     def save(self, prefix: str) -> int:
         """Has every server write its shard to ``prefix.shard-<s>-of-<S>`` (in parallel).

@@ -28,6 +28,8 @@ import tensorflow as tf
 from tfx_dist.embedding import store
 
 _SHARD = re.compile(r"\.shard-(\d+)-of-(\d+)$")
+# Every table's shard files of the checkpoint at prefix P are P + this (a glob).
+SHARD_FILES_OF_CHECKPOINT = "-tfx_ps-*.shard-*-of-*"
 
 
 def table_prefix(checkpoint_prefix: str, table_name: str, table_id: int) -> str:

@@ -9,9 +9,11 @@ and report the errors and the rows after each).
 save: trains EPOCHS epochs, saves with tf.train.CheckpointManager (the chief
 to CKPT, the others to temporary folders), reports the rows, trains one more
 epoch and reports the rows again (the continuation to compare with); also
-tries Keras's save_weights, which refuses a table on servers.
+saves with Keras's save_weights and model.save (CKPT + "_keras/w<rank>.weights.h5",
+"m<rank>.keras").
 restore: builds the same model, restores CKPT, reports the rows, trains the
-same one more epoch, reports the rows. Any number of servers.
+same one more epoch, reports the rows. Any number of servers. KERAS=1: loads a
+copy of the chief's .weights.h5 (and its shard files) with load_weights instead.
 """
 import os
 import shutil
@@ -27,6 +29,7 @@ from worker_lib import rank, report
 PHASE = os.environ["PHASE"]
 CKPT = os.environ["CKPT"]
 DYNAMIC = os.environ.get("DYNAMIC") == "1"
+KERAS_DIR = CKPT + "_keras"
 ROWS, GLOBAL_BATCH = 40, 32
 
 rs = np.random.RandomState(0)
@@ -37,6 +40,7 @@ if DYNAMIC:
 every_id = np.unique(ids)[:, None].repeat(3, axis=1)
 
 strategy = tfx_dist.ParameterServerStrategy()
+KERAS_COPY = os.path.join(os.environ["WORKDIR"], f"keras_copy_{rank()}")
 with strategy.scope():
     inputs = keras.Input((3,), dtype="int64")
     table = tfx_dist.layers.ShardedEmbedding(None if DYNAMIC else ROWS, 4, combiner="mean",
@@ -64,16 +68,17 @@ if PHASE == "save":
     fit(int(os.environ.get("EPOCHS", "1")))
     path = checkpointing.write_dirpath(CKPT, strategy)
     manager = tf.train.CheckpointManager(checkpoint, path, max_to_keep=1)
-    result["saved"] = manager.save()
+    result["first_saved"] = manager.save()
+    result["saved"] = manager.save()  # max_to_keep=1: deletes the first, shard files included
     checkpointing.remove_temp_dirpath(CKPT, strategy)
     result["rows_saved"] = rows()
     result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
     result["files"] = sorted(os.listdir(CKPT))
-    try:  # Keras's one-file save cannot hold the rows yet: a clear error, not a silent loss
-        model.save_weights(os.path.join(os.environ["WORKDIR"], f"w{rank()}.weights.h5"))
-        result["save_weights_error"] = None
-    except NotImplementedError as e:
-        result["save_weights_error"] = str(e)
+    # Keras's one-file save: each worker's file, the servers' shards beside it.
+    os.makedirs(KERAS_DIR, exist_ok=True)
+    model.save_weights(os.path.join(KERAS_DIR, f"w{rank()}.weights.h5"))
+    model.save(os.path.join(KERAS_DIR, f"m{rank()}.keras"))
+    result["keras_files"] = sorted(os.listdir(KERAS_DIR))
 else:
     latest = tf.train.latest_checkpoint(CKPT)
     if os.environ.get("BAD_FILES") == "1":
@@ -99,7 +104,12 @@ else:
             result[f"{damage}_shard"] = os.path.join(bad, shard)
             result[f"rows_after_{damage}"] = rows()
         strategy.extended.barrier()  # no worker restores the good files before all have read
-    checkpoint.restore(latest).assert_existing_objects_matched()
+    if os.environ.get("KERAS") == "1":  # the chief's .weights.h5, copied elsewhere first
+        shutil.copytree(KERAS_DIR, KERAS_COPY)
+        model.load_weights(os.path.join(KERAS_COPY, "w0.weights.h5"))
+        strategy.extended.barrier()  # both loads done before either worker reads or trains
+    else:
+        checkpoint.restore(latest).assert_existing_objects_matched()
     result["rows_saved"] = rows()
     result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
 fit(1)

@@ -1,0 +1,257 @@
+"""Round trip of one embedding lookup of 4096 ids on 2 parameter servers (loopback), p50 and p99.
+
+Side by side in one run, on the same table (ROWS x 64 float32, split over 2
+servers by row) and the same batches of 4096 distinct uniform ids:
+
+* **tfx_dist**: 2 ``ps`` tasks and 1 worker of `tfx_dist.ParameterServerStrategy`;
+  the worker calls a `tf.function` doing the ``ShardedEmbedding`` table's
+  lookup (the ``TfxPsLookup`` op: ids split by shard, both servers asked at
+  once, rows scattered back) and reads the rows as numpy.
+* **TensorFlow PS, direct**: 2 ``ps`` tasks and 1 ``worker`` task as
+  `tf.distribute.Server` processes; the chief builds
+  `tf.distribute.ParameterServerStrategy` with a ``variable_partitioner``
+  (2 shards: a `ShardedVariable`) and calls a `tf.function` doing
+  ``tf.nn.embedding_lookup`` of it (the gathers run on the ps tasks, the rows
+  come back to the chief over gRPC) and reads the rows as numpy.
+* **TensorFlow PS, ClusterCoordinator**: the same gather scheduled on the
+  worker with ``coordinator.schedule`` and fetched, the way a TF PS training
+  loop reads rows.
+
+The two systems run one after the other (their processes are never up at the
+same time); each takes WARMUP untimed calls, then REPEATS timed ones. The
+tfx_dist servers create a row on its first lookup: every row is looked up once
+before timing, as TensorFlow's variable is initialised whole.
+
+    PYTHONPATH=. python3 benchmarks/ps_lookup.py [--quick] [--out results/ps_lookup.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+
+BATCH, DIM = 4096, 64
+TARGET = 10.0
+NOTE = ("Each call is a round trip through 3 processes (the caller and both servers): on a loaded "
+        "2-core machine each of them waits for the scheduler, which weighs on both systems alike; "
+        "compare the ratio, and the load figure above.")
+RESULT_TAG = "PS_LOOKUP_RESULT "
+
+
+def _batches(rows: int, count: int):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    return [rng.choice(rows, BATCH, replace=False).astype("int64") for _ in range(count)]
+
+
+def _timed(call, batches, warmup: int) -> list[float]:
+    for b in batches[:warmup]:
+        call(b)
+    times = []
+    for b in batches[warmup:]:
+        start = time.perf_counter()
+        call(b)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+# --------------------------------------------------------------------------- task side
+
+def tfx_task(args) -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    import tfx_dist
+    strategy = tfx_dist.ParameterServerStrategy()  # a ps task serves here, then exits
+    with strategy.scope():
+        layer = tfx_dist.layers.ShardedEmbedding(args.rows, DIM, name="table")
+        layer.build()
+    table = layer.table
+    lookup = tf.function(lambda ids: table.lookup(ids))
+    # Create every row first (the servers initialise rows on first touch; TensorFlow's
+    # variable is initialised whole before its first gather).
+    for start in range(0, args.rows, 1 << 16):
+        lookup(tf.range(start, min(start + (1 << 16), args.rows), dtype=tf.int64))
+    batches = _batches(args.rows, args.warmup + args.repeats)
+    times = _timed(lambda b: np.asarray(lookup(tf.constant(b))), batches, args.warmup)
+    check = np.asarray(lookup(tf.constant(batches[0])))
+    print(RESULT_TAG + json.dumps({"times": times, "shape": list(check.shape)}), flush=True)
+
+
+def tf_server_task(args) -> None:
+    import tensorflow as tf
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                  task_index=resolver.task_id, protocol="grpc", start=True)
+    server.join()  # killed by the chief's launcher when done
+
+
+def tf_chief_task(args) -> None:
+    import numpy as np
+    import tensorflow as tf
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(
+        resolver, variable_partitioner=tf.distribute.experimental.partitioners.FixedShardsPartitioner(2))
+    with strategy.scope():
+        table = tf.Variable(tf.random.uniform((args.rows, DIM), -0.05, 0.05, seed=1), name="table")
+    shards = [v.device for v in table.variables]
+    gather = tf.function(lambda ids: tf.nn.embedding_lookup(table, ids))
+    batches = _batches(args.rows, args.warmup + args.repeats)
+    direct = _timed(lambda b: gather(tf.constant(b)).numpy(), batches, args.warmup)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+    @tf.function
+    def scheduled(ids):
+        return tf.nn.embedding_lookup(table, ids)
+
+    def via_worker(b):
+        return coordinator.schedule(scheduled, args=(tf.constant(b),)).fetch()
+
+    coord = _timed(via_worker, batches, args.warmup)
+    check = np.asarray(gather(tf.constant(batches[0])))
+    print(RESULT_TAG + json.dumps({"direct": direct, "coordinator": coord, "shards": shards,
+                                   "shape": list(check.shape)}), flush=True)
+
+
+# --------------------------------------------------------------------------- launcher side
+
+def _free_ports(n):
+    import socket
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+_SECRET = os.environ.get("TFX_JOB_SECRET") or os.urandom(16).hex()  # one per launcher run
+
+
+def _start(role: str, tf_config: dict, args) -> subprocess.Popen:
+    env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2",
+               TFX_JOB_SECRET=_SECRET,
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, os.path.abspath(__file__), "--role", role, "--rows", str(args.rows),
+           "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _result_of(proc: subprocess.Popen, what: str, timeout_s: float) -> dict:
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise RuntimeError(f"{what} gave no result within {timeout_s:.0f} s") from None
+    for line in out.splitlines():
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):])
+    raise RuntimeError(f"{what} exited {proc.returncode} without a result:\n{out[-3000:]}")
+
+
+def run_tfx(args) -> dict:
+    ports = _free_ports(3)
+    cluster = {"worker": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{p}" for p in ports[1:]]}
+    servers = [_start("tfx", {"cluster": cluster, "task": {"type": "ps", "index": i}}, args)
+               for i in range(2)]
+    worker = _start("tfx", {"cluster": cluster, "task": {"type": "worker", "index": 0}}, args)
+    try:
+        result = _result_of(worker, "the tfx_dist worker", args.timeout)
+        for i, s in enumerate(servers):
+            s.wait(timeout=60)  # they exit 0 once the worker has said goodbye
+            if s.returncode != 0:
+                raise RuntimeError(f"tfx_dist ps {i} exited {s.returncode}: {s.stdout.read()[-2000:]}")
+        return result
+    finally:
+        for p in servers + [worker]:
+            if p.poll() is None:
+                p.kill()
+
+
+def run_tf(args) -> dict:
+    ports = _free_ports(4)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"],
+               "ps": [f"127.0.0.1:{p}" for p in ports[2:]]}
+    servers = [_start("tf-server", {"cluster": cluster, "task": {"type": t, "index": i}}, args)
+               for t, i in (("worker", 0), ("ps", 0), ("ps", 1))]
+    chief = _start("tf-chief", {"cluster": cluster, "task": {"type": "chief", "index": 0}}, args)
+    try:
+        return _result_of(chief, "TensorFlow's PS chief", args.timeout)
+    finally:
+        for p in servers + [chief]:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=30)
+
+
+def _stats(times: list[float]) -> dict:
+    import numpy as np
+    ms = np.asarray(times) * 1e3
+    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+            "mean_ms": float(ms.mean()), "calls": len(times)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--role", default=None)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=400)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if args.role:
+        {"tfx": tfx_task, "tf-server": tf_server_task, "tf-chief": tf_chief_task}[args.role](args)
+        return
+    if args.quick:
+        args.rows, args.repeats, args.warmup = 100_000, 30, 5
+    tfx = run_tfx(args)
+    tf_res = run_tf(args)
+    systems = {"tfx_dist PS (TfxPsLookup)": _stats(tfx["times"]),
+               "TF PS, tf.function on the chief": _stats(tf_res["direct"]),
+               "TF PS, ClusterCoordinator.schedule + fetch": _stats(tf_res["coordinator"])}
+    best_tf = min(v["p50_ms"] for k, v in systems.items() if k.startswith("TF"))
+    best_tf99 = min(v["p99_ms"] for k, v in systems.items() if k.startswith("TF"))
+    ours = systems["tfx_dist PS (TfxPsLookup)"]
+    ratio50, ratio99 = best_tf / ours["p50_ms"], best_tf99 / ours["p99_ms"]
+    report = {"machine": common.machine_info(), "rows": args.rows, "dim": DIM, "batch": BATCH,
+              "systems": systems, "tf_shard_devices": tf_res["shards"], "ratio_p50": ratio50,
+              "ratio_p99": ratio99, "target": TARGET}
+    rows = [[name, f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}", s["calls"]] for name, s in systems.items()]
+    md = "\n".join([
+        "## Parameter servers: round trip of one lookup (4096 ids x 64 floats, 2 servers, loopback)",
+        "",
+        f"Table {args.rows:,} rows x {DIM} float32 split over 2 servers; each call looks up 4096 "
+        "distinct uniform ids and returns the rows to the caller as numpy. TensorFlow's table is a "
+        "`ShardedVariable` (`variable_partitioner`, 2 shards: "
+        f"{', '.join(tf_res['shards'])}). Run: `PYTHONPATH=. python3 benchmarks/ps_lookup.py`"
+        + (" --quick" if args.quick else "") + f" ({common.machine_info()['date']}, load "
+        f"{report['machine']['loadavg_1m']:.1f} on {report['machine']['cores']} cores).",
+        "",
+        common.table(["system", "p50 ms", "p99 ms", "calls"], rows),
+        "",
+        NOTE,
+        "",
+        f"tfx_dist vs the best TensorFlow PS path: **{ratio50:.1f}x** lower p50, **{ratio99:.1f}x** "
+        f"lower p99; target >= {TARGET:.0f}x: {common.met(ratio50 >= TARGET)} (p50), "
+        f"{common.met(ratio99 >= TARGET)} (p99).",
+    ])
+    common.write_outputs("ps_lookup", report, md, args.out)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
