@@ -269,6 +269,14 @@ def gpu_section() -> list[str]:
          "`benchmarks/results/fused_reduce_gpu.md`, which is copied here."])
 
 
+def timeline_section() -> list[str]:
+    """The timeline's cost (benchmarks/timeline_overhead.py), run on its own."""
+    return _copied_section(
+        "timeline_overhead.md", "## Timeline overhead",
+        ["Not rerun by this command: `python benchmarks/timeline_overhead.py` rewrites "
+         "`benchmarks/results/timeline_overhead.md`, which is copied here."])
+
+
 def design_section() -> list[str]:
     """The one-off measurements behind design choices (kept by hand in benchmarks/results/)."""
     return _copied_section("design_measurements.md", "## Measurements behind design choices", [])
@@ -329,6 +337,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
             lines += [f"*Command: `{_relative(r['command'])}` ({r['wall_s']:.0f} s"
                       + (f"; {when(r)}" if when(r) else "") + ").*", ""]
     lines += gpu_section()
+    lines += timeline_section()
     lines += design_section()
     lines += wire_section()
     missing = [r["script"] for r in runs.values() if r["status"] == "missing"]

@@ -195,6 +195,15 @@ SETTINGS = {
                 "processes, for buckets of at least TFX_HIERARCHICAL_MIN_STRIPE_BYTES per "
                 "process of a host; `on` whenever there is more than one process; `off` keeps "
                 "the flat ring (whose order follows the hosts in every mode)."),
+        Setting("TFX_TIMELINE", "", _Text(),
+                "Timeline: a Chrome trace (chrome://tracing, Perfetto) of every collective "
+                "of the cross-process runtime, one file per rank: `%r` in the path is "
+                "replaced by the rank; without it rank 0 writes the path as given and rank r "
+                "`<stem>.rank<r><ext>` (docs/timeline.md). Empty: no timeline. "
+                "`HOROVOD_TIMELINE` sets it."),
+        Setting("TFX_TIMELINE_MARK_CYCLES", False, _Bool(),
+                "Timeline: also mark each negotiation cycle that ran collectives "
+                "(`HOROVOD_TIMELINE_MARK_CYCLES` sets it)."),
         Setting("TFX_HIERARCHICAL_MIN_STRIPE_BYTES", 2 << 10, _Number(int, 0, 1 << 40),
                 "Under TFX_HIERARCHICAL=auto, an all-reduce bucket goes through hosts only "
                 "when each process of the widest host carries at least this many bytes of it "

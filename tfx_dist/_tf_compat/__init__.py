@@ -11,6 +11,8 @@ objects. A TensorFlow upgrade touches this package only:
 * `fields`: private fields of TensorFlow objects, read or set by functions
   named for what they do.
 * `patches`: the functions of TensorFlow and Keras replaced at run time, installed once.
+* `keras_optimizer`: a hook where Keras 3 optimizers clip gradients (private
+  ``_clip_gradients``), for Horovod's ``DistributedOptimizer``.
 * `keras_callbacks`: Keras's file-writing callbacks pointed at per-worker
   folders on workers other than the chief (wraps Keras's private
   ``CallbackList``; installed once by the multi-worker strategy).
@@ -32,6 +34,7 @@ from tfx_dist._tf_compat.imports import (collective_all_reduce_strategy,  # noqa
 from tfx_dist._tf_compat.fields import (dataset_function_graphs, dataset_inputs,  # noqa: E402
                                         init_collective_extended, input_workers,
                                         run_independently, skip_partial_batch_check)
+from tfx_dist._tf_compat.keras_optimizer import optimizer_with_gradient_hook  # noqa: E402
 from tfx_dist._tf_compat.patches import (build_from_first_replica,  # noqa: E402
                                          check_partial_batches_locally,
                                          current_checkpoint_prefix, current_restore_prefix,
@@ -50,5 +53,5 @@ __all__ = [
     "build_from_first_replica", "check_partial_batches_locally", "current_checkpoint_prefix",
     "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",
     "read_one_element_per_replica",
-    "replica_loss_share", "route_table_gradients",
+    "replica_loss_share", "route_table_gradients", "optimizer_with_gradient_hook",
 ]

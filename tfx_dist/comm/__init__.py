@@ -15,15 +15,18 @@ over the same communicator, passed by ``comm.handle``).
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import itertools
 import threading
+import weakref
 
 import numpy as np
 
 from tfx_dist import settings
 from tfx_dist.comm import _native, naming
 from tfx_dist.cluster.shm_segments import sweep_dead_segments
+from tfx_dist.comm import timeline as _timeline
 from tfx_dist.comm.rendezvous import RendezvousError, connect_all
 
 __all__ = ["Communicator", "CollectiveError", "CollectiveArgumentError", "CollectiveTimeoutError", "CollectiveMismatchError",
@@ -97,6 +100,11 @@ class Communicator:
       hierarchical: ``"auto"``, ``"on"`` or ``"off"``: all-reduce within
         hosts, across them, within them again (see
         :meth:`allreduce_algorithm`); defaults to ``TFX_HIERARCHICAL``.
+      timeline: path of the Chrome trace of this job's collectives (see
+        ``tfx_dist.comm.timeline`` for the file each rank writes); defaults
+        to ``TFX_TIMELINE``; empty: none. See :meth:`start_timeline`.
+      timeline_mark_cycles: also mark negotiation cycles in the timeline;
+        defaults to ``TFX_TIMELINE_MARK_CYCLES``.
 
     Raises:
       ValueError: bad arguments, or no secret with ``size > 1``.
@@ -106,7 +114,8 @@ class Communicator:
 
     def __init__(self, rank: int, size: int, addresses: list[str], secret: bytes | str | None = None,
                  timeout_s: float | None = None, fusion_bucket_bytes=None, cycle_time_ms=None,
-                 compression=None, shm: bool | None = None, hierarchical: str | None = None):
+                 compression=None, shm: bool | None = None, hierarchical: str | None = None,
+                 timeline: str | None = None, timeline_mark_cycles: bool | None = None):
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"Expected 0 <= rank < size. Received: rank={rank}, size={size}")
         if len(addresses) != size:
@@ -128,7 +137,11 @@ class Communicator:
             secret = secret.encode("utf-8")
         if size > 1 and not secret:
             raise ValueError(_NO_SECRET)
+        timeline_setting = str(settings.get("TFX_TIMELINE", timeline))
+        self.timeline_path = _timeline.claim(timeline_setting, self.rank) if timeline_setting else None
         options = _native.Options(
+            timeline_path=self.timeline_path.encode() if self.timeline_path else None,
+            timeline_mark_cycles=int(bool(settings.get("TFX_TIMELINE_MARK_CYCLES", timeline_mark_cycles))),
             timeout_s=self.timeout_s,
             bucket_bytes=int(settings.get("TFX_COMM_FUSION_BYTES", fusion_bucket_bytes)),
             cycle_time_ms=float(settings.get("TFX_CYCLE_TIME_MS", cycle_time_ms)),
@@ -163,6 +176,28 @@ class Communicator:
         self._names = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
+        if self.timeline_path:
+            _close_timeline_at_exit(self)
+
+    def start_timeline(self, path: str, mark_cycles: bool = False) -> str:
+        """Starts writing this rank's timeline (a Chrome trace of every
+        collective) to ``path`` (``%r``: the rank; see ``tfx_dist.comm.timeline``),
+        stopping a running one first; returns the file this rank writes."""
+        file = _timeline.rank_path(path, self.rank)
+        err = ctypes.create_string_buffer(_native.ERR_LEN)
+        code = _native.lib().tfx_comm_timeline(self.handle, file.encode(), int(bool(mark_cycles)), err,
+                                               _native.ERR_LEN)
+        if code != 0:
+            raise ValueError(err.value.decode("utf-8", "replace"))
+        self.timeline_path = file
+        _close_timeline_at_exit(self)
+        return file
+
+    def stop_timeline(self) -> None:
+        """Writes what is buffered and closes the timeline's file (valid JSON from then on)."""
+        if self.timeline_path and not self._closed:
+            _native.lib().tfx_comm_timeline(self.handle, None, 0, None, 0)
+        self.timeline_path = None
 
     def transport(self, peer: int) -> str:
         """How this rank talks to ``peer``: ``"tcp"``, ``"shm"`` or ``"self"``."""
@@ -382,3 +417,18 @@ class Communicator:
 
     def __repr__(self):
         return f"Communicator(rank={self.rank}, size={self.size}, handle={self.handle})"
+
+
+_with_timeline: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+def _close_timeline_at_exit(comm: Communicator) -> None:
+    # A strategy's communicator is rarely closed explicitly; its timeline file
+    # is only valid JSON once closed.
+    _with_timeline.add(comm)
+
+
+@atexit.register
+def _stop_timelines() -> None:
+    for comm in list(_with_timeline):
+        comm.stop_timeline()

@@ -61,6 +61,7 @@ class Options(ctypes.Structure):
     _fields_ = [("timeout_s", ctypes.c_double), ("bucket_bytes", ctypes.c_int64),
                 ("cycle_time_ms", ctypes.c_double), ("use_shm", ctypes.c_int32),
                 ("chunk_bytes", ctypes.c_int64), ("hierarchical", ctypes.c_int32),
+                ("timeline_path", ctypes.c_char_p), ("timeline_mark_cycles", ctypes.c_int32),
                 ("hierarchical_min_stripe_bytes", ctypes.c_int64),
                 ("wire_protection", ctypes.c_int32), ("wire_keys", ctypes.c_char_p)]
 
@@ -124,6 +125,9 @@ def lib() -> ctypes.CDLL:
                                 ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
                                 ctypes.c_char_p, ctypes.c_int32]
     so.tfx_comm_free.argtypes = [ctypes.c_void_p]
+    so.tfx_comm_timeline.restype = ctypes.c_int32
+    so.tfx_comm_timeline.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32, ctypes.c_char_p,
+                                     ctypes.c_int32]
     so.tfx_comm_size.restype = ctypes.c_int32
     so.tfx_comm_size.argtypes = [ctypes.c_int64]
     so.tfx_comm_allreduce_algorithm.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]

@@ -18,12 +18,13 @@ MAPPED = {
     "HOROVOD_FUSION_THRESHOLD": ("TFX_COMM_FUSION_BYTES", "fusion_bucket_bytes", int),
     "HOROVOD_CYCLE_TIME": ("TFX_CYCLE_TIME_MS", "cycle_time_ms", float),
     "HOROVOD_GLOO_TIMEOUT_SECONDS": ("TFX_TIMEOUT_S", "timeout_s", float),
+    "HOROVOD_TIMELINE": ("TFX_TIMELINE", "timeline", str),
+    "HOROVOD_TIMELINE_MARK_CYCLES": ("TFX_TIMELINE_MARK_CYCLES", "timeline_mark_cycles",
+                                     lambda text: text.lower() in ("1", "true", "yes", "on")),
 }
 
 # Horovod variable -> why it has no effect here.
 IGNORED = {
-    "HOROVOD_TIMELINE": "tfx_dist.horovod writes no timeline yet",
-    "HOROVOD_TIMELINE_MARK_CYCLES": "tfx_dist.horovod writes no timeline yet",
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "a stalled collective fails after TFX_TIMEOUT_S instead",
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "a stalled collective fails after TFX_TIMEOUT_S instead",
     "HOROVOD_STALL_CHECK_DISABLE": "a stalled collective fails after TFX_TIMEOUT_S instead",

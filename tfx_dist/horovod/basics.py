@@ -179,8 +179,18 @@ def rocm_built() -> bool:
 
 
 def start_timeline(file_path, mark_cycles=False):
-    raise NotImplementedError("tfx_dist.horovod has no timeline yet (HOROVOD_TIMELINE is ignored).")
+    """Starts recording the timeline (a Chrome trace of every collective).
+
+    Unlike Horovod, where rank 0 writes one file, every rank writes its own:
+    rank 0 ``file_path``, rank r ``<stem>.rank<r><ext>`` (or ``%r`` in the
+    path replaced by the rank). A running timeline is stopped first.
+
+    Returns:
+      The file this rank writes.
+    """
+    return communicator().start_timeline(str(file_path), mark_cycles=mark_cycles)
 
 
 def stop_timeline():
-    raise NotImplementedError("tfx_dist.horovod has no timeline yet (HOROVOD_TIMELINE is ignored).")
+    """Stops the timeline and closes its file (valid JSON from then on)."""
+    communicator().stop_timeline()

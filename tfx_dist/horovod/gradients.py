@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfx_dist import _tf_compat as tfc
 from tfx_dist.horovod import basics, mpi_ops
 from tfx_dist.horovod.compression import Compression
 
@@ -43,18 +44,18 @@ class _GradientReducer:
 
 class _DistributedOptimizer:
     """Mixed in before a Keras 3 optimizer's class: gradients are all-reduced
-    where Keras clips them (`_clip_gradients`), i.e. once per update, after the
-    local accumulation of ``gradient_accumulation_steps`` passes, before
-    clipping, weight decay and the update."""
+    where Keras clips them (`tfc.optimizer_with_gradient_hook`), i.e. once per
+    update, after the local accumulation of ``gradient_accumulation_steps``
+    passes, before clipping, weight decay and the update."""
 
     _hvd_reducer: _GradientReducer
     _hvd_scale: float
 
-    def _clip_gradients(self, grads):
+    def _tfx_gradient_hook(self, grads):
         grads = self._hvd_reducer(grads)
         if self._hvd_scale != 1.0:
             grads = [g if g is None else mpi_ops._scale(g, self._hvd_scale) for g in grads]
-        return super()._clip_gradients(grads)
+        return grads
 
 
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
@@ -97,8 +98,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         config["gradient_accumulation_steps"] = backward_passes_per_step
     if name:
         config["name"] = name
-    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__),
-               {"__module__": optimizer.__class__.__module__})
+    cls = tfc.optimizer_with_gradient_hook(
+        type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__),
+             {"__module__": optimizer.__class__.__module__}))
     distributed = cls.from_config(config)
     distributed._hvd_reducer = _GradientReducer(compression, sparse_as_dense, op,
                                                 gradient_predivide_factor, process_set)

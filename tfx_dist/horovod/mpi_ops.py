@@ -216,23 +216,98 @@ def allgather_object(obj, session=None, name=None, process_set=None):
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=None):
-    raise NotImplementedError(
-        "tfx_dist.horovod.alltoall is not available: the tfx_dist runtime has no all-to-all "
-        "collective yet. Use hvd.allgather and keep the rows meant for this rank.")
+    """Sends rows of ``tensor`` to each rank and receives what each rank sent this one.
+
+    Rows ``[off_j, off_j + splits[j])`` of dimension 0 go to rank j; without
+    ``splits``, dimension 0 is divided evenly (it must be a multiple of
+    ``size()``). Example (2 ranks, rank r sends ``[10r, 10r+1, 10r+2]`` with
+    ``splits=[1, 2]``): rank 0 receives ``[0, 10]``, rank 1 ``[1, 2, 11, 12]``.
+
+    Returns:
+      ``(output, received_splits)`` as Horovod >= 0.21: what every rank sent
+      this one, concatenated in rank order, and an int32 vector of how many
+      rows came from each rank.
+
+    Raises:
+      ValueError: no ``splits`` and dimension 0 not a multiple of ``size()``
+        (known shapes), or ``splits`` not a vector.
+    """
+    _check_process_set(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise ValueError(f"alltoall needs a tensor of rank >= 1. Received: {tensor!r}")
+    n = basics.size()
+    if splits is None:
+        rows = tensor.shape[0]
+        if rows is not None and rows % n:
+            raise ValueError(f"alltoall without splits divides dimension 0 ({rows}) evenly over "
+                             f"{n} ranks; pass splits=.")
+        rows = tf.shape(tensor, out_type=tf.int64)[0]
+        tf.debugging.assert_equal(rows % n, tf.constant(0, tf.int64),
+                                  message="alltoall without splits: dimension 0 must be a multiple of size()")
+        splits = tf.fill([n], rows // n)
+    else:
+        splits = tf.convert_to_tensor(splits)
+        if not splits.dtype.is_integer:
+            raise TypeError(f"Expected integer splits. Received: splits.dtype={splits.dtype}")
+        if splits.shape.rank not in (None, 1):
+            raise ValueError(f"Expected splits to be a vector of one count per rank. Received: {splits!r}")
+        if splits.dtype not in (tf.int32, tf.int64):
+            splits = tf.cast(splits, tf.int64)
+    sent, decode = _encode_for_move(tensor)
+    output, received = _ops().all_to_all(sent, splits, basics.communicator(), name=name)
+    return decode(output), tf.cast(received, tf.int32)
 
 
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
-                  process_set=None, prescale_factor=1.0, postscale_factor=1.0):
-    raise NotImplementedError(
-        "tfx_dist.horovod.reducescatter is not available: the tfx_dist runtime has no "
-        "reduce-scatter collective yet. Use hvd.allreduce and keep this rank's slice of "
-        "dimension 0.")
+                  process_set=None, prescale_factor=1.0, postscale_factor=1.0,
+                  ignore_name_scope=False):
+    """Reduces ``tensor`` over every rank and gives each rank its block of dimension 0.
+
+    Rank r receives ``shape[0] // size() + (r < shape[0] % size())`` rows (the
+    first ranks one more when dimension 0 does not divide evenly, as Horovod).
+    Every rank passes the same shape and dtype.
+
+    Args:
+      op: ``Average`` (default) or ``Sum``, as Horovod's reducescatter.
+
+    Returns:
+      This rank's block of the reduction.
+    """
+    _check_process_set(process_set)
+    if op not in (Average, Sum):
+        raise NotImplementedError(f"reducescatter supports op=Average or op=Sum, as Horovod. "
+                                  f"Received: op={_OP_NAMES.get(op, op)}")
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise ValueError(f"reducescatter needs a tensor of rank >= 1. Received: {tensor!r}")
+    t = _scale(tensor, prescale_factor)
+    t, ctx = compression.compress(t)
+    t, decode = _encode_for_reduce(t)
+    out = _ops().reduce_scatter(t, basics.communicator(), reduction=_RUNTIME_REDUCTION[op], name=name)
+    return _scale(compression.decompress(decode(out), ctx), postscale_factor)
 
 
-def join(device=""):
-    raise NotImplementedError(
-        "tfx_dist.horovod.join is not available: every rank must run the same collectives "
-        "(give every rank the same number of batches).")
+def join(device=-1):
+    """Waits until every rank has called ``join``; returns the rank that joined last.
+
+    Horovod's common use: each rank calls ``join()`` when it has run out of
+    data, and the ranks leave together. Unlike Horovod, a rank that has joined
+    does not take part in the others' later all-reduces (Horovod lets it
+    contribute zeros): here every rank must run the same collectives before
+    ``join``. "Last" is by each rank's wall clock at its call (exact on one
+    host; across hosts as good as their clock sync), ties to the highest rank.
+    Works eagerly and inside ``tf.function``.
+
+    Returns:
+      An int32 scalar tensor: the rank that called ``join`` last.
+    """
+    del device  # CPU only
+    stamp = tf.reshape(tf.stack([tf.timestamp(), tf.cast(basics.rank(), tf.float64)]), [1, 2])
+    stamps = _ops().all_gather(stamp, basics.communicator(), name="horovod.join")
+    # Rows come in rank order; reversed, argmax's first maximum is the highest rank of a tie.
+    newest_first = tf.reverse(stamps, axis=[0])
+    return tf.cast(newest_first[tf.argmax(newest_first[:, 0]), 1], tf.int32)
 
 
 def size_op(process_set_id=0, name=None):

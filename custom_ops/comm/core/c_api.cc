@@ -203,6 +203,8 @@ Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOp
   out->use_shm = in.use_shm != 0;
   out->chunk_bytes = static_cast<size_t>(in.chunk_bytes);
   out->hierarchical = static_cast<tfx::comm::Hierarchical>(in.hierarchical);
+  out->timeline_path = in.timeline_path != nullptr ? in.timeline_path : "";
+  out->timeline_mark_cycles = in.timeline_mark_cycles != 0;
   out->hierarchical_min_stripe_bytes = static_cast<size_t>(in.hierarchical_min_stripe_bytes);
   out->wire_keys.clear();
   if (in.wire_protection != TFX_WIRE_NONE && size > 1) {
@@ -231,6 +233,8 @@ tfx_comm_options tfx_comm_default_options(void) {
   o.use_shm = d.use_shm ? 1 : 0;
   o.chunk_bytes = static_cast<int64_t>(d.chunk_bytes);
   o.hierarchical = static_cast<int32_t>(d.hierarchical);
+  o.timeline_path = nullptr;
+  o.timeline_mark_cycles = 0;
   o.hierarchical_min_stripe_bytes = static_cast<int64_t>(d.hierarchical_min_stripe_bytes);
   o.wire_protection = TFX_WIRE_NONE;
   o.wire_keys = nullptr;
@@ -313,6 +317,17 @@ int32_t tfx_comm_allreduce_algorithm(int64_t id, char* out, int32_t out_len) {
   if (!comm) return static_cast<int32_t>(Code::kInvalidArgument);
   CopyError(comm->allreduce_algorithm(), out, out_len);
   return 0;
+}
+
+int32_t tfx_comm_timeline(int64_t id, const char* path, int32_t mark_cycles, char* err, int32_t err_len) {
+  auto comm = Find(id);
+  if (!comm) {
+    CopyError("tfx_dist: no communicator with id " + std::to_string(id) + " in this process", err, err_len);
+    return static_cast<int32_t>(Code::kInvalidArgument);
+  }
+  Status st = comm->SetTimeline(path != nullptr ? path : "", mark_cycles != 0);
+  if (!st.ok()) CopyError(st.message(), err, err_len);
+  return static_cast<int32_t>(st.code());
 }
 
 int32_t tfx_comm_rank(int64_t id) {

@@ -75,6 +75,8 @@ typedef struct {
   int32_t use_shm;       /* shared memory between same-host ranks */
   int64_t chunk_bytes;   /* ring pipelining granularity */
   int32_t hierarchical;  /* a TFX_HIERARCHICAL_ code */
+  const char* timeline_path;    /* NULL or "": no timeline; else this rank's Chrome trace file */
+  int32_t timeline_mark_cycles; /* timeline: mark negotiation cycles */
   /* auto only: a bucket goes through hosts when each process of a host
    * carries at least this many bytes of it across (TFX_HIERARCHICAL_MIN_STRIPE_BYTES) */
   int64_t hierarchical_min_stripe_bytes;
@@ -143,6 +145,10 @@ TFX_API int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n);
  * x 2 ranks)", "hierarchical leaders (2 hosts of 2+3 ranks)" or
  * "ring (1 host x 4 ranks)". The same on every rank. */
 TFX_API int32_t tfx_comm_allreduce_algorithm(int64_t id, char* out, int32_t out_len);
+/* Starts the timeline (core/timeline.h) into path, or stops it (path NULL or
+ * ""), closing the file. Returns 0, or a nonzero code with the error in err. */
+TFX_API int32_t tfx_comm_timeline(int64_t id, const char* path, int32_t mark_cycles, char* err,
+                                  int32_t err_len);
 TFX_API int32_t tfx_comm_rank(int64_t id);
 TFX_API int32_t tfx_comm_size(int64_t id);
 

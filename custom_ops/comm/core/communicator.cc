@@ -100,6 +100,10 @@ Status Communicator::Create(int rank, int size, const std::vector<int>& data_fds
         for (auto& p : self->pairs_)
           if (p) p->Shutdown();
       }));
+  if (!options.timeline_path.empty()) {
+    Status st = comm->SetTimeline(options.timeline_path, options.timeline_mark_cycles);
+    if (!st.ok()) return st;
+  }
   *out = std::move(comm);
   return Status::Ok();
 }

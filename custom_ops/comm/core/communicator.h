@@ -26,6 +26,8 @@ struct CommunicatorOptions {
   bool use_shm = true;
   size_t chunk_bytes = 128 << 10;
   Hierarchical hierarchical = Hierarchical::kAuto;
+  std::string timeline_path;  // non-empty: start the timeline (timeline.h) there
+  bool timeline_mark_cycles = false;
   size_t hierarchical_min_stripe_bytes = 2 << 10;  // kAuto only (tfx_dist/settings.py says why)
   // Per peer (indexed by rank): the data connection's wire protection keys;
   // empty: none. Used by TCP pairs only (shared memory needs none).
@@ -58,6 +60,15 @@ class Communicator {
   // See Runtime::Drive.
   bool Drive(const std::function<bool()>& finished, Clock::duration budget) {
     return runtime_->Drive(finished, budget);
+  }
+
+  // Starts (path non-empty) or stops the timeline (core/timeline.h).
+  Status SetTimeline(const std::string& path, bool mark_cycles) {
+    if (path.empty()) {
+      runtime_->timeline().Stop();
+      return Status::Ok();
+    }
+    return runtime_->timeline().Start(path, mark_cycles);
   }
 
   using Stats = CommStats;

@@ -837,6 +837,46 @@ void TestCApi() {
         err);
 }
 
+// A one-rank communicator with a timeline: its file is a JSON array naming
+// the tensor, its negotiation and its run, closed when the communicator is.
+void TestTimeline() {
+  char path[] = "/tmp/tfx_timeline_test_XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  close(fd);
+  tfx_comm_options o = tfx_comm_default_options();
+  o.timeline_path = path;
+  char err[256] = {0};
+  const int32_t fds[1] = {-1}, same[1] = {0};
+  const int64_t id = tfx_comm_create(0, 1, fds, fds, same, &o, err, sizeof(err));
+  CHECK(id > 0, err);
+  if (id <= 0) return;
+  float in[4] = {1, 2, 3, 4}, out[4] = {0};
+  const int64_t dims[1] = {4};
+  tfx_entry e{};
+  e.name = "timeline.tensor";
+  e.op = TFX_OP_ALLREDUCE;
+  e.dtype = TFX_DTYPE_FLOAT32;
+  e.ndims = 1;
+  e.dims = dims;
+  e.input = in;
+  e.output = out;
+  CHECK(tfx_comm_run(id, &e, 1, nullptr, nullptr, err, sizeof(err)) == 0, err);
+  CHECK(out[3] == 4.0f, "one-rank all-reduce");
+  tfx_comm_destroy(id);
+  std::FILE* f = std::fopen(path, "r");
+  std::string text;
+  char buf[4096];
+  for (size_t n; f != nullptr && (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  if (f != nullptr) std::fclose(f);
+  std::remove(path);
+  CHECK(text.rfind("[", 0) == 0 && text.find("]\n", text.size() - 3) != std::string::npos,
+        "timeline is a closed JSON array: " + text.substr(0, 200));
+  for (const char* want : {"\"NEGOTIATE_ALLREDUCE\"", "\"ALLREDUCE\"", "\"timeline.tensor\"",
+                           "\"bytes\":16", "\"thread_name\""})
+    CHECK(text.find(want) != std::string::npos, std::string("timeline lacks ") + want);
+}
+
 }  // namespace
 
 // Seal/open on their own: a round trip in both modes, and every kind of
@@ -940,6 +980,7 @@ int main(int argc, char** argv) {
   FuzzMessageDecoders(std::getenv("TFX_FUZZ_ITERATIONS") ? std::atoi(std::getenv("TFX_FUZZ_ITERATIONS")) : 20000);
   TestCoordinator();
   TestCApi();
+  TestTimeline();
   TestNegotiationThroughTheRuntime();
   TestHierarchical();
   TestCollectives(max_ranks);

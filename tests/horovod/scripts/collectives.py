@@ -175,9 +175,27 @@ for passes, average in ((1, False), (2, False), (2, True)):
           [-mean * (1 if average or passes == 1 else passes)])
 check("optimizer_class", type(opt).__name__, "SGD")
 
-for name, call in [("adasum", lambda: hvd.allreduce(tf.constant(x), op=hvd.Adasum)),
-                   ("alltoall", lambda: hvd.alltoall(tf.constant(x))),
-                   ("reducescatter", lambda: hvd.reducescatter(tf.constant(x)))]:
+# join: the rank that calls it last (after a sleep) is the answer on every rank.
+if r == n - 1:
+    time.sleep(0.5)
+check("join_eager", hvd.join(), n - 1)
+if r == 0:
+    time.sleep(0.5)
+check("join_in_function", tf.function(hvd.join)(), 0)
+
+# alltoall with uneven splits (rank 0 sends 1 row to itself and 2 to rank 1;
+# rank 1 sends 3 rows to rank 0 and none to itself), and reducescatter
+# (3 rows: rank 0 gets 2, rank 1 gets 1); 2 processes here, 3 in test_horovod_alltoall.py.
+mine = np.arange(3, dtype=np.float32) + 10 * r
+out, got_splits = hvd.alltoall(tf.constant(mine), splits=[[1, 2], [3, 0]][r], name="a2a")
+check("alltoall_uneven", [out, got_splits],
+      [[[0.0, 10.0, 11.0, 12.0], [1, 3]], [[1.0, 2.0], [2, 0]]][r])
+summed = hvd.reducescatter(tf.constant(np.arange(6, dtype=np.float32).reshape(3, 2) * (r + 1)),
+                           op=hvd.Sum, name="rs")
+check("reducescatter_sum", summed,
+      (np.arange(6, dtype=np.float32).reshape(3, 2) * 3)[[[0, 1], [2]][r]])
+
+for name, call in [("adasum", lambda: hvd.allreduce(tf.constant(x), op=hvd.Adasum))]:
     try:
         call()
         check(f"{name}_raises", "no error", "NotImplementedError")

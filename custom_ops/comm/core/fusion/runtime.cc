@@ -36,7 +36,8 @@ Runtime::Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>
       channels_(std::move(channels)),
       executor_(std::move(executor)),
       on_broken_(std::move(on_broken)),
-      coordinator_(size, options.bucket_bytes, options.timeout_s) {
+      coordinator_(size, options.bucket_bytes, options.timeout_s),
+      timeline_(rank) {
   channel_open_.assign(channels_.size(), true);
   for (size_t i = 0; i < channels_.size(); ++i) channel_open_[i] = channels_[i] != nullptr;
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -66,6 +67,7 @@ void Runtime::Stop() {
       left.swap(pending_);
     }
     for (auto& [key, e] : left) e.done(broken_);
+    timeline_.Stop();
   }
 }
 
@@ -231,6 +233,8 @@ void Runtime::Step() {
       mine.swap(local_ready_);
     }
     for (const EntryMeta& m : mine) coordinator_.Add(0, m, now);
+    if (timeline_.enabled())
+      for (const EntryMeta& m : mine) timeline_.Ready(m.key, 0, now);
   }
   std::vector<Response> to_run;
   for (size_t k = 0; r > 0 && k < fds.size(); ++k) {
@@ -258,6 +262,7 @@ void Runtime::Step() {
       }
     }
   }
+  if (timeline_.enabled() && timeline_.mark_cycles() && !to_run.empty()) timeline_.Cycle(now);
   if (broken().ok()) Run(to_run);
   if (rank_ != 0) CheckLocalTimeouts(Clock::now());
 }
@@ -351,6 +356,8 @@ void Runtime::HandleFrame(int from, const Frame& frame, std::vector<Response>* t
       if (st.ok() && rank_ == 0) {
         const auto now = Clock::now();
         for (const EntryMeta& m : metas) coordinator_.Add(from, m, now);
+        if (timeline_.enabled())
+          for (const EntryMeta& m : metas) timeline_.Ready(m.key, from, now);
       }
       break;
     }
@@ -398,6 +405,10 @@ void Runtime::Run(const std::vector<Response>& responses) {
       }
     }
     if (resp.failed()) {
+      if (timeline_.enabled()) {
+        const auto now = Clock::now();
+        for (const Entry& e : entries) timeline_.Collective(e.meta, e.submitted, now, now, 0, resp.error);
+      }
       const Code code = resp.error.find("timed out") != std::string::npos ? Code::kTimeout : Code::kMismatch;
       for (Entry& e : entries) e.done(Status(code, resp.error));
       continue;
@@ -411,7 +422,14 @@ void Runtime::Run(const std::vector<Response>& responses) {
     }
     std::vector<Entry*> ptrs;
     for (Entry& e : entries) ptrs.push_back(&e);
+    const bool traced = timeline_.enabled();
+    const Clock::time_point start = traced ? Clock::now() : Clock::time_point();
     Status st = executor_(resp, ptrs);
+    if (traced) {
+      const auto end = Clock::now();
+      for (const Entry& e : entries)
+        timeline_.Collective(e.meta, e.submitted, start, end, entries.size(), st.ok() ? "" : st.message());
+    }
     if (!st.ok()) st = RootCause(st);
     for (Entry& e : entries) e.done(st);
     if (!st.ok()) {

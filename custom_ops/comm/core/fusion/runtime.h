@@ -21,6 +21,7 @@
 #include "custom_ops/comm/core/fusion/control_channel.h"
 #include "custom_ops/comm/core/fusion/coordinator.h"
 #include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/timeline.h"
 
 namespace tfx::comm {
 
@@ -67,6 +68,7 @@ class Runtime {
   // How many names this rank (and, on rank 0, the coordinator) holds state
   // for: zero once every collective completed (the memory tests check it).
   size_t names_held() const;
+  Timeline& timeline() { return timeline_; }
 
  private:
   void Loop();
@@ -123,6 +125,7 @@ class Runtime {
   std::map<std::string, int> missed_rounds_;   // guarded by mu_: submissions to fail
   std::map<std::string, int> orphan_answers_;  // guarded by mu_: answers to drop
   std::vector<EntryMeta> local_ready_;    // rank 0: submitted, not yet in the table
+  Timeline timeline_;  // before thread_: the loop records into it
   std::thread thread_;
 };
 
