@@ -108,8 +108,11 @@ def test_cycle_time_holds_requests_back_and_fuses_what_arrived_meanwhile():
 def test_the_runtime_thread_is_named_for_top_and_profilers(comm):
     names = set()
     for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/comm") as f:
-            names.add(f.read().strip())
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.add(f.read().strip())
+        except FileNotFoundError:  # a thread (not ours) that ended since the listing
+            pass
     assert "tfx_comm_r0" in names
 
 
