@@ -334,8 +334,10 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
             if name == "allreduce_multiprocess" and os.path.exists(PLOT):
                 lines += [f"![algbw against payload size]({os.path.relpath(PLOT, common.ROOT)})",
                           ""]
-            lines += [f"*Command: `{_relative(r['command'])}` ({r['wall_s']:.0f} s"
-                      + (f"; {when(r)}" if when(r) else "") + ").*", ""]
+            facts = ([f"{r['wall_s']:.0f} s"] if r.get("wall_s") is not None else []) + (
+                [when(r)] if when(r) else [])
+            lines += [f"*Command: `{_relative(r['command'])}`"
+                      + (f" ({'; '.join(facts)})" if facts else "") + ".*", ""]
     lines += gpu_section()
     lines += timeline_section()
     lines += design_section()
