@@ -44,7 +44,7 @@ def build() -> str:
     for p in procs:
         _finish(p)
     binary = os.path.join(BUILD, "service_test")
-    subprocess.run([cxx] + objects + ["-o", binary, "-pthread", "-lrt"], check=True)
+    subprocess.run([cxx] + objects + ["-o", binary, "-pthread", "-lrt", "-lcrypto"], check=True)
     return binary
 
 
