@@ -55,6 +55,9 @@ BENCHMARKS = [
     # Hierarchical vs flat-ring all-reduce, 2 simulated hosts x 2 workers, 1 Gbit/s
     # link (root and network namespaces; else its section says why it did not run).
     ("hierarchical_allreduce", "hierarchical_allreduce.py", [], [], False),
+    # The same with 4 workers per host (8 processes on this machine's 2 cores).
+    ("hierarchical_allreduce_4x4", "hierarchical_allreduce.py", ["--layout", "4", "4", "--quick"], None,
+     False),
     # All-to-all vs all-gather then slice, 2 and 4 processes (numpy API).
     ("alltoall", "alltoall.py", [], [], False),
     # Multi-worker Keras fit throughput on 1, 2 and 4 one-thread workers.

@@ -192,8 +192,8 @@ SETTINGS = {
                 "(shared memory), run the ring between hosts (local rank i of every "
                 "host over 1/L of the buffer), then share the result within each host. "
                 "`auto` does when there are two hosts or more and one has several "
-                "processes, for buckets of at least TFX_HIERARCHICAL_MIN_STRIPE_BYTES per "
-                "process of a host; `on` whenever there is more than one process; `off` keeps "
+                "processes (for buckets of at least TFX_HIERARCHICAL_MIN_STRIPE_BYTES per "
+                "process of a host); `on` whenever there is more than one process; `off` keeps "
                 "the flat ring (whose order follows the hosts in every mode)."),
         Setting("TFX_TIMELINE", "", _Text(),
                 "Timeline: a Chrome trace (chrome://tracing, Perfetto) of every collective "
@@ -204,12 +204,13 @@ SETTINGS = {
         Setting("TFX_TIMELINE_MARK_CYCLES", False, _Bool(),
                 "Timeline: also mark each negotiation cycle that ran collectives "
                 "(`HOROVOD_TIMELINE_MARK_CYCLES` sets it)."),
-        Setting("TFX_HIERARCHICAL_MIN_STRIPE_BYTES", 2 << 10, _Number(int, 0, 1 << 40),
+        Setting("TFX_HIERARCHICAL_MIN_STRIPE_BYTES", 0, _Number(int, 0, 1 << 40),
                 "Under TFX_HIERARCHICAL=auto, an all-reduce bucket goes through hosts only "
                 "when each process of the widest host carries at least this many bytes of it "
                 "across (the bucket divided by the processes per host); smaller buckets take "
-                "the flat ring, where one latency-bound phase beats three (measured on 2 "
-                "simulated hosts: BENCHMARKS.md)."),
+                "the flat ring. 0: every bucket goes through hosts, which measured never "
+                "slower on 2 simulated hosts x 2 and x 4, 4 KiB to 64 MiB (BENCHMARKS.md); "
+                "raise it where many processes share few cores and small buckets lose."),
         Setting("TFX_HYBRID_SHARD_MIN_BYTES", 4 << 20, _Number(int, 0, 1 << 50),
                 "HybridStrategy: a `ShardedEmbedding` table whose rows take at least this "
                 "many bytes (input_dim * output_dim * 4) is sharded over the workers; a "

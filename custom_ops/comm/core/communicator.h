@@ -28,7 +28,7 @@ struct CommunicatorOptions {
   Hierarchical hierarchical = Hierarchical::kAuto;
   std::string timeline_path;  // non-empty: start the timeline (timeline.h) there
   bool timeline_mark_cycles = false;
-  size_t hierarchical_min_stripe_bytes = 2 << 10;  // kAuto only (tfx_dist/settings.py says why)
+  size_t hierarchical_min_stripe_bytes = 0;  // kAuto only (tfx_dist/settings.py says why)
   // Per peer (indexed by rank): the data connection's wire protection keys;
   // empty: none. Used by TCP pairs only (shared memory needs none).
   std::vector<WireKeys> wire_keys;

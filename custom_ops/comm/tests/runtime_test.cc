@@ -57,7 +57,8 @@ struct Job {
 // host_of[r]: the synthetic host of rank r (same_host is true between ranks
 // of one host); empty: all on one host.
 Job MakeJob(int n, bool shm, double timeout_s = 20.0, size_t chunk = 4096, size_t bucket = 64 << 20,
-            const std::vector<int>& host_of = {}, Hierarchical hierarchical = Hierarchical::kAuto) {
+            const std::vector<int>& host_of = {}, Hierarchical hierarchical = Hierarchical::kAuto,
+            size_t min_stripe_bytes = 0) {
   std::vector<std::vector<int>> data(n, std::vector<int>(n, -1)), ctrl(n, std::vector<int>(n, -1));
   for (int a = 0; a < n; ++a)
     for (int b = a + 1; b < n; ++b) {
@@ -78,6 +79,7 @@ Job MakeJob(int n, bool shm, double timeout_s = 20.0, size_t chunk = 4096, size_
   opts.chunk_bytes = chunk;
   opts.bucket_bytes = bucket;
   opts.hierarchical = hierarchical;
+  opts.hierarchical_min_stripe_bytes = min_stripe_bytes;
   if (g_wire != WireProtection::kNone) {  // symmetric keys: a's send key to b is b's receive key from a
     opts.wire_keys.resize(n);
   }
@@ -547,10 +549,10 @@ void TestHierarchical() {
       }
     }
   }
-  // Auto keeps buckets too small for a 2 KiB stripe per process of a host
-  // (4 KiB on 2 hosts x 2) on the flat ring; `on` does not.
+  // With a 2 KiB minimum stripe, auto keeps buckets under 4 KiB on 2 hosts x 2
+  // on the flat ring; `on` does not.
   for (Hierarchical mode : {Hierarchical::kAuto, Hierarchical::kOn}) {
-    Job job = MakeJob(4, true, 20.0, 4096, 64 << 20, {0, 0, 1, 1}, mode);
+    Job job = MakeJob(4, true, 20.0, 4096, 64 << 20, {0, 0, 1, 1}, mode, /*min_stripe_bytes=*/2048);
     TestOneAllreduce(job, DataType::kFloat32, ReduceOp::kSum, 1023, "auto threshold 4092 bytes");
     const int64_t small = job[0].stats().hierarchical_buckets.load();
     CHECK(small == (mode == Hierarchical::kOn ? 1 : 0), "a 4092-byte bucket through hosts: " + std::to_string(small));
