@@ -28,6 +28,7 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
 from tfx_dist.hybrid import placement as placement_lib
 from tfx_dist.hybrid.worker_table import WorkerShardedTable
+from tfx_dist.layers import embedding_tables
 from tfx_dist.layers.embedding_tables import LocalTable
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
@@ -72,15 +73,9 @@ class HybridExtended(MultiWorkerMirroredExtended):
         the ring. The owners apply the store's copy of ``optimizer`` with its
         step count (Keras's ``iterations + 1``).
         """
-        rest_grads, rest_vars = [], []
-        for grad, var in zip(grads, variables):
-            table = getattr(var, "_tfx_hybrid_table", None)
-            if table is None:
-                rest_grads.append(grad)
-                rest_vars.append(var)
-                continue
-            if grad is None:
-                continue
+        tables, rest_grads, rest_vars = embedding_tables.split_table_gradients(
+            grads, variables, "_tfx_hybrid_table")
+        for table, grad in tables:
             table.set_optimizer(optimizer)
             step = tf.cast(optimizer.iterations, tf.int64) + 1
             # A stateful op: the step's function runs it (automatic control dependencies).

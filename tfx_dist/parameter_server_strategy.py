@@ -32,6 +32,7 @@ from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
 from tfx_dist.comm.service import ServiceClient
+from tfx_dist.layers import embedding_tables
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import _native, server
@@ -73,15 +74,9 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         Called by Keras's optimizer in each replica, before it all-reduces
         gradients: a table's rows are summed by the servers, not the workers.
         """
-        rest_grads, rest_vars = [], []
-        for grad, var in zip(grads, variables):
-            table = getattr(var, "_tfx_ps_table", None)
-            if table is None:
-                rest_grads.append(grad)
-                rest_vars.append(var)
-                continue
-            if grad is None:
-                continue
+        tables, rest_grads, rest_vars = embedding_tables.split_table_gradients(
+            grads, variables, "_tfx_ps_table")
+        for table, grad in tables:
             table.set_optimizer(optimizer)
             op = table.push(grad, learning_rate)
             pushes = getattr(self._step, "pushes", None)

@@ -33,6 +33,7 @@ from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
 from tfx_dist.hybrid import exchange
+from tfx_dist.layers import embedding_tables
 from tfx_dist.parameter_server import table_checkpoint
 
 # TensorFlow's convention for a non-chief worker's checkpoint folder (tfx_dist.checkpointing).
@@ -113,21 +114,8 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
 
     def lookup(self, unique_ids):
         """The rows of distinct ids; differentiable (the gradient reaches the anchor)."""
-        anchor = self.anchor
-        dense_shape = tf.constant([self.input_dim, self.dim], tf.int64)
-
-        @tf.custom_gradient
-        def fetch(ids):
-            rows = self._rows(ids)
-            rows = rows + tf.zeros([], rows.dtype) * tf.cast(anchor.value, rows.dtype)
-
-            def grad(d_rows, variables=None):
-                slices = tf.IndexedSlices(d_rows, ids, dense_shape=dense_shape)
-                return None, [slices] * len(variables or [])
-
-            return rows, grad
-
-        return fetch(tf.cast(unique_ids, tf.int64))
+        return embedding_tables.anchored_lookup(self.anchor, unique_ids, self._rows,
+                                                tf.constant([self.input_dim, self.dim], tf.int64))
 
     def set_optimizer(self, optimizer) -> None:
         """Makes the shard train with the store's copy of a Keras optimizer (once per optimizer)."""

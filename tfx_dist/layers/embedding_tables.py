@@ -27,6 +27,45 @@ def create(layer):
     return LocalTable(layer)
 
 
+def anchored_lookup(anchor, unique_ids, fetch_rows, dense_shape):
+    """The rows of distinct ids from ``fetch_rows(ids)``, differentiable through ``anchor``.
+
+    For tables whose rows live outside Keras's variables (on parameter
+    servers, or sharded over the workers): the lookup reads the scalar
+    ``anchor`` variable, so its gradient, a `tf.IndexedSlices` of the rows'
+    gradient over ``ids`` (``dense_shape``), reaches the optimizer, where the
+    strategy takes it out (`split_table_gradients`).
+    """
+    @tf.custom_gradient
+    def fetch(ids):
+        rows = fetch_rows(ids)
+        rows = rows + tf.zeros([], rows.dtype) * tf.cast(anchor.value, rows.dtype)
+
+        def grad(d_rows, variables=None):
+            slices = tf.IndexedSlices(d_rows, ids, dense_shape=dense_shape)
+            return None, [slices] * len(variables or [])
+
+        return rows, grad
+
+    return fetch(tf.cast(unique_ids, tf.int64))
+
+
+def split_table_gradients(grads, variables, attribute: str):
+    """([(table, gradient)] of the anchors marked with ``attribute``, other grads, other vars).
+
+    An anchor with no gradient (its table unused by the loss) is left out.
+    """
+    tables, rest_grads, rest_vars = [], [], []
+    for grad, var in zip(grads, variables):
+        table = getattr(var, attribute, None)
+        if table is None:
+            rest_grads.append(grad)
+            rest_vars.append(var)
+        elif grad is not None:
+            tables.append((table, grad))
+    return tables, rest_grads, rest_vars
+
+
 class LocalTable:
     """The whole table in one Keras variable, trained by the model's optimizer.
 

@@ -31,6 +31,7 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
+from tfx_dist.layers import embedding_tables
 from tfx_dist.parameter_server import _native, keras_files, table_checkpoint
 
 # A dense shape for the anchor's gradient: the rows it names are ids, not
@@ -79,21 +80,11 @@ class RemoteTable(tfc.trackable_base.Trackable):
         self.anchor._tfx_ps_table = self
 
     def lookup(self, unique_ids):
-        anchor = self.anchor
         lookup_op = _ops_lib().tfx_ps_lookup
-
-        @tf.custom_gradient
-        def fetch(ids):
-            rows = lookup_op(ids, client_id=self._client_id, table_id=self.table_id, dim=self.dim)
-            rows = rows + tf.zeros([], rows.dtype) * tf.cast(anchor.value, rows.dtype)
-
-            def grad(d_rows, variables=None):
-                slices = tf.IndexedSlices(d_rows, ids, dense_shape=tf.constant([_ID_SPACE, self.dim], tf.int64))
-                return None, [slices] * len(variables or [])
-
-            return rows, grad
-
-        return fetch(tf.cast(unique_ids, tf.int64))
+        return embedding_tables.anchored_lookup(
+            self.anchor, unique_ids,
+            lambda ids: lookup_op(ids, client_id=self._client_id, table_id=self.table_id, dim=self.dim),
+            tf.constant([_ID_SPACE, self.dim], tf.int64))
 
     def set_optimizer(self, optimizer) -> None:
         """Tells the servers which rule trains this table (once per optimizer)."""
