@@ -10,72 +10,6 @@ namespace {
 // A Python float entering a float32 op: rounded once to float32.
 inline float F(double x) { return static_cast<float>(x); }
 
-void ApplySgd(const OptimizerConfig& c, const StepConstants& k, int64_t dim, const float* g, float* var) {
-  const float lr = k.lr;
-  if (c.momentum == 0) {
-    for (int64_t j = 0; j < dim; ++j) var[j] = var[j] - g[j] * lr;
-    return;
-  }
-  const float momentum = F(c.momentum);
-  float* m = var + dim;
-  for (int64_t j = 0; j < dim; ++j) {
-    m[j] = m[j] * momentum - g[j] * lr;
-    if (c.nesterov) {
-      var[j] = var[j] + (m[j] * momentum - g[j] * lr);
-    } else {
-      var[j] = var[j] + m[j];
-    }
-  }
-}
-
-void ApplyAdagrad(const OptimizerConfig& c, const StepConstants& k, int64_t dim, const float* g, float* var) {
-  const float epsilon = F(c.epsilon);
-  float* acc = var + dim;
-  for (int64_t j = 0; j < dim; ++j) {
-    acc[j] = acc[j] + g[j] * g[j];
-    var[j] = var[j] - (k.lr * g[j]) / std::sqrt(acc[j] + epsilon);
-  }
-}
-
-void ApplyAdam(const OptimizerConfig& c, const StepConstants& k, int64_t dim, const float* g, float* var) {
-  const float one_minus_beta_1 = F(1 - c.beta_1), one_minus_beta_2 = F(1 - c.beta_2);
-  const float epsilon = F(c.epsilon);
-  float* m = var + dim;
-  float* v = var + 2 * dim;
-  float* v_hat = c.amsgrad ? var + 3 * dim : nullptr;
-  for (int64_t j = 0; j < dim; ++j) {
-    m[j] = m[j] + (g[j] - m[j]) * one_minus_beta_1;
-    v[j] = v[j] + (g[j] * g[j] - v[j]) * one_minus_beta_2;
-    float v_used = v[j];
-    if (v_hat != nullptr) {
-      v_hat[j] = std::max(v_hat[j], v[j]);
-      v_used = v_hat[j];
-    }
-    var[j] = var[j] - (m[j] * k.adam_alpha) / (std::sqrt(v_used) + epsilon);
-  }
-}
-
-void ApplyFtrl(const OptimizerConfig& c, const StepConstants& k, int64_t dim, const float* g, float* var) {
-  const float neg_power = F(-c.learning_rate_power);
-  const float shrinkage2 = F(2 * c.l2_shrinkage_regularization_strength);
-  const float l1 = F(c.l1_regularization_strength);
-  const float two_l2_reg = 2.0f * k.ftrl_l2_reg;
-  const bool sqrt_power = c.learning_rate_power == -0.5;  // pow(x, 0.5), faster
-  float* accum = var + dim;
-  float* linear = var + 2 * dim;
-  for (int64_t j = 0; j < dim; ++j) {
-    const float grad_to_use = g[j] + shrinkage2 * var[j];
-    const float new_accum = accum[j] + g[j] * g[j];
-    const float new_pow = sqrt_power ? std::sqrt(new_accum) : std::pow(new_accum, neg_power);
-    const float old_pow = sqrt_power ? std::sqrt(accum[j]) : std::pow(accum[j], neg_power);
-    linear[j] = linear[j] + (grad_to_use - ((new_pow - old_pow) / k.lr) * var[j]);
-    const float quadratic = new_pow / k.lr + two_l2_reg;
-    const float clipped = std::min(std::max(linear[j], -l1), l1);
-    var[j] = (clipped - linear[j]) / quadratic;
-    accum[j] = new_accum;
-  }
-}
-
 std::string Num(double x) { return std::to_string(x); }
 
 }  // namespace
@@ -154,13 +88,45 @@ StepConstants ComputeStepConstants(const OptimizerConfig& c, const StepParams& p
   return k;
 }
 
-void ApplyRow(const OptimizerConfig& c, const StepConstants& k, int64_t dim, const float* grad, float* record) {
-  switch (c.kind) {
-    case OptimizerKind::kSgd: return ApplySgd(c, k, dim, grad, record);
-    case OptimizerKind::kAdagrad: return ApplyAdagrad(c, k, dim, grad, record);
-    case OptimizerKind::kAdam: return ApplyAdam(c, k, dim, grad, record);
-    case OptimizerKind::kFtrl: return ApplyFtrl(c, k, dim, grad, record);
+ElementRule MakeElementRule(const OptimizerConfig& c, const StepConstants& k) {
+  ElementRule r;
+  r.kind = c.kind;
+  r.lr = k.lr;
+  r.has_momentum = c.momentum != 0;
+  r.nesterov = c.nesterov;
+  r.momentum = F(c.momentum);
+  r.epsilon = F(c.epsilon);
+  r.amsgrad = c.amsgrad;
+  r.one_minus_beta_1 = F(1 - c.beta_1);
+  r.one_minus_beta_2 = F(1 - c.beta_2);
+  r.adam_alpha = k.adam_alpha;
+  r.sqrt_power = c.learning_rate_power == -0.5;
+  r.neg_power = F(-c.learning_rate_power);
+  r.shrinkage2 = F(2 * c.l2_shrinkage_regularization_strength);
+  r.l1 = F(c.l1_regularization_strength);
+  r.two_l2_reg = 2.0f * k.ftrl_l2_reg;
+  return r;
+}
+
+namespace {
+// One loop per optimizer, so that the kind is decided once per row.
+template <void (*Rule)(const ElementRule&, int64_t, float, float*, int64_t)>
+void ApplyRowWith(const ElementRule& r, int64_t dim, const float* grad, float* record) {
+  for (int64_t j = 0; j < dim; ++j) Rule(r, j, grad[j], record, dim);
+}
+}  // namespace
+
+void ApplyRow(const ElementRule& r, int64_t dim, const float* grad, float* record) {
+  switch (r.kind) {
+    case OptimizerKind::kSgd: return ApplyRowWith<rules::Sgd>(r, dim, grad, record);
+    case OptimizerKind::kAdagrad: return ApplyRowWith<rules::Adagrad>(r, dim, grad, record);
+    case OptimizerKind::kAdam: return ApplyRowWith<rules::Adam>(r, dim, grad, record);
+    case OptimizerKind::kFtrl: return ApplyRowWith<rules::Ftrl>(r, dim, grad, record);
   }
+}
+
+void ApplyRow(const OptimizerConfig& c, const StepConstants& k, int64_t dim, const float* grad, float* record) {
+  ApplyRow(MakeElementRule(c, k), dim, grad, record);
 }
 
 }  // namespace tfx::embedding

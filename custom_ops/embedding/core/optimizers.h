@@ -16,11 +16,10 @@
 
 #include <cstdint>
 
+#include "custom_ops/embedding/core/optimizer_rules.h"
 #include "custom_ops/embedding/core/status.h"
 
 namespace tfx::embedding {
-
-enum class OptimizerKind : int32_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kFtrl = 3 };
 
 // Hyperparameters fixed at table creation (Keras's constructor arguments,
 // with Keras's defaults). The learning rate is not here: it comes with each
@@ -72,7 +71,13 @@ struct StepConstants {
 };
 StepConstants ComputeStepConstants(const OptimizerConfig& config, const StepParams& params);
 
-// Updates one record ([value | slots...]) with its summed gradient (dim floats).
+// The per-element rule of one apply (optimizer_rules.h), for the CPU loop
+// below and the GPU kernels alike.
+ElementRule MakeElementRule(const OptimizerConfig& config, const StepConstants& k);
+
+// Updates one record ([value | slots...]) with its summed gradient (dim
+// floats): ApplyElement for j = 0 .. dim-1.
+void ApplyRow(const ElementRule& rule, int64_t dim, const float* grad, float* record);
 void ApplyRow(const OptimizerConfig& config, const StepConstants& k, int64_t dim, const float* grad, float* record);
 
 }  // namespace tfx::embedding

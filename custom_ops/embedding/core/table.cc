@@ -224,10 +224,10 @@ Status TableShard::ApplyGradients(const int64_t* ids, int64_t n, const float* gr
       for (int64_t j = 0; j < dim; ++j) acc[j] += g[j];
     }
   }
-  const StepConstants constants = ComputeStepConstants(config_.optimizer, params);
+  const ElementRule rule = MakeElementRule(config_.optimizer, ComputeStepConstants(config_.optimizer, params));
   ForEachRecord(unique_ids.data(), static_cast<int64_t>(unique_ids.size()), /*create=*/true,
                 [&](int64_t u, float* record) {
-                  ApplyRow(config_.optimizer, constants, dim, summed.data() + u * dim, record);
+                  ApplyRow(rule, dim, summed.data() + u * dim, record);
                 });
   return Status::Ok();
 }
