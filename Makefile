@@ -52,7 +52,8 @@ bench: setup
 horovod:
 	bash benchmarks/setup_horovod.sh
 
-# The GPU kernel of TfxFusedReduce on its own (nvcc and a GPU; no TensorFlow):
-# bit-exact check against the host, then timings into benchmarks/results/.
+# The CUDA kernels on their own (nvcc and a GPU; no TensorFlow): TfxFusedReduce's
+# and the embedding store's, bit-exact checks against the host (the embedding
+# one also under compute-sanitizer), then timings into benchmarks/results/.
 gpu-check:
 	bash scripts/gpu_check.sh

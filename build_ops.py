@@ -75,12 +75,14 @@ LIBRARIES = (
         deps=("libtfx_comm",),
     ),
     # Sharded embedding tables (pure C++, no TensorFlow): rows, optimizers,
-    # checkpoint files, C API for ctypes and the parameter server.
+    # checkpoint files, C API for ctypes and the parameter server; with nvcc,
+    # the GPU lookup and optimizer kernels too (not yet called by any op).
     Library(
         name="libtfx_embedding",
         source_globs=("custom_ops/embedding/core/**/*.cc", "custom_ops/embedding/server/**/*.cc"),
         tensorflow=False,
         deps=("libtfx_comm",),
+        cuda_globs=("custom_ops/embedding/cuda/**/*.cu.cc",),
         link_flags=("-Wl,-soname,libtfx_embedding.so",),
     ),
     # TensorFlow ops over the parameter-server client (TfxPsLookup, TfxPsPush, TfxPsStepDone)

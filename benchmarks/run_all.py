@@ -272,6 +272,15 @@ def gpu_section() -> list[str]:
          "`benchmarks/results/fused_reduce_gpu.md`, which is copied here."])
 
 
+def embedding_gpu_section() -> list[str]:
+    """The embedding store's GPU kernels' last timings (a machine with a GPU only)."""
+    return _copied_section(
+        "embedding_gpu.md", "## The embedding store's GPU kernels",
+        ["Not rerun by this command (this machine has no GPU): `make gpu-check` "
+         "(`scripts/gpu_check.sh embedding`) on a machine with nvcc and a GPU rewrites "
+         "`benchmarks/results/embedding_gpu.md`, which is copied here."])
+
+
 def timeline_section() -> list[str]:
     """The timeline's cost (benchmarks/timeline_overhead.py), run on its own."""
     return _copied_section(
@@ -342,6 +351,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
             lines += [f"*Command: `{_relative(r['command'])}`"
                       + (f" ({'; '.join(facts)})" if facts else "") + ".*", ""]
     lines += gpu_section()
+    lines += embedding_gpu_section()
     lines += timeline_section()
     lines += design_section()
     lines += wire_section()
