@@ -114,7 +114,8 @@ def fit_once(system: str, venv: str, epochs: int, timeout: float) -> dict:
                            f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     res = json.loads(lines[0])
     res["wall_s"] = time.time() - t0
-    res["command"] = " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT + os.sep) else c for c in cmd)
+    res["command"] = " ".join("python3" if c == sys.executable else
+                              os.path.relpath(c, ROOT) if c.startswith(ROOT + os.sep) else c for c in cmd)
     return res
 
 
