@@ -161,10 +161,13 @@ def _newest_input(src: str) -> float:
     return max([os.path.getmtime(src)] + [os.path.getmtime(h) for h in headers])
 
 
-def build_library(lib: Library, out_dir: str, build_dir: str, nvcc: str | None) -> str:
+def build_library(lib: Library, out_dir: str, build_dir: str, nvcc: str | None,
+                  extra_cflags: tuple[str, ...] = ()) -> str:
+    """Builds ``lib`` into ``out_dir``; ``extra_cflags`` (e.g. a -D for a benchmark's
+    variant) join the compiler flags, and so the name of the objects' folder."""
     cflags = ["-O3", "-fPIC", "-std=c++17", "-Wall", "-Wno-sign-compare", "-pthread",
               "-fvisibility=hidden" if not lib.tensorflow else "-fvisibility=default",
-              "-I" + ROOT]
+              "-I" + ROOT] + list(extra_cflags)
     ldflags = ["-shared", "-pthread"] + list(lib.link_flags)
     if lib.tensorflow:
         tf_cflags, tf_ldflags = _tf_flags()

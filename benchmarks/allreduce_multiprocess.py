@@ -199,10 +199,14 @@ def measure_tcp(nbytes: int = 64 * MIB, rounds: int = 6) -> float:
 def launcher_cpu_shares(nprocs: int):
     """The CPUs tfx-dist-run would bind each of ``nprocs`` ranks to (None: it would not bind).
 
-    Loads tfx_dist/run.py by path: it uses the standard library only, so this
-    works in Horovod's environment too, where tfx_dist is not installed.
+    Loads tfx_dist/run.py by path: it uses the standard library and
+    tfx_dist.cluster only (and ``import tfx_dist`` loads nothing), so this works
+    in Horovod's environment too, where tfx_dist is not installed.
     """
     import importlib.util
+
+    if ROOT not in sys.path:  # run.py imports tfx_dist.cluster
+        sys.path.insert(0, ROOT)
 
     spec = importlib.util.spec_from_file_location("_tfx_run", os.path.join(ROOT, "tfx_dist", "run.py"))
     run = importlib.util.module_from_spec(spec)

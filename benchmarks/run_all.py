@@ -176,6 +176,7 @@ def targets_summary(runs: dict) -> list[str]:
                      f"{'trains' if check.get('ok') else 'fails'}, ours: "
                      f"{'trains' if systems['tfx_central'].get('dropout_check', {}).get('ok') else 'fails'} |")
     lines += _cross_process_targets(runs)
+    lines += horovod_targets()
     lines += _parameter_server_targets(runs)
     return lines
 
@@ -281,6 +282,41 @@ def embedding_gpu_section() -> list[str]:
          "`benchmarks/results/embedding_gpu.md`, which is copied here."])
 
 
+def horovod_section() -> list[str]:
+    """tfx_dist.horovod against real Horovod (benchmarks/horovod_compare.py), run on its own:
+    it needs build/horovod-venv (`make horovod`)."""
+    return _copied_section(
+        "horovod_compare.md", "## tfx_dist.horovod vs Horovod",
+        ["Not rerun by this command: `python benchmarks/horovod_compare.py` (with `make horovod`'s "
+         "build/horovod-venv) rewrites `benchmarks/results/horovod_compare.md`, which is copied here."])
+
+
+def horovod_targets() -> list[str]:
+    """Issue 18's targets, from benchmarks/results/horovod_compare.json when it is there."""
+    try:
+        with open(os.path.join(common.RESULTS, "horovod_compare.json")) as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        return []
+    lines = []
+    sizes = report.get("allreduce", {}).get("sizes", {})
+    if sizes:
+        def label(n: str) -> str:
+            return f"{int(n) >> 20} MiB" if int(n) >= 1 << 20 else f"{int(n) >> 10} KiB"
+
+        speedups = ", ".join(f"{label(n)} {r['speedup']:.2f}x" for n, r in sizes.items())
+        lines.append(f"| all-reduce vs real Horovod, 2 processes, 4 KiB-64 MiB: faster at every size "
+                     f"(median over rounds; run on its own, {report['date']}) | "
+                     f"{common.met(all(r['speedup'] > 1 for r in sizes.values()))} | {speedups} |")
+    fit = report.get("fit", {}).get("ratio", {})
+    if fit:
+        best = fit.get("tfx_horovodrun")
+        lines.append(f"| Horovod Keras script's fit, 2 processes: >= 1.5x real Horovod's examples/s "
+                     f"(run on its own, {report['date']}) | {common.met(best is not None and best >= 1.5)} | "
+                     + "; ".join(f"{s}: {r:.2f}x" for s, r in fit.items()) + " |")
+    return lines
+
+
 def timeline_section() -> list[str]:
     """The timeline's cost (benchmarks/timeline_overhead.py), run on its own."""
     return _copied_section(
@@ -352,6 +388,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
                       + (f" ({'; '.join(facts)})" if facts else "") + ".*", ""]
     lines += gpu_section()
     lines += embedding_gpu_section()
+    lines += horovod_section()
     lines += timeline_section()
     lines += design_section()
     lines += wire_section()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import workers
 
@@ -47,3 +48,36 @@ def test_horovod_keras_script_matches_single_process(tmp_path):
     written = sorted(os.listdir(tmp_path / "two"))
     assert sorted(f"checkpoint-{e}.keras" for e in range(1, EPOCHS + 1)) == \
         [f for f in written if f.endswith(".keras")]
+
+
+HOROVOD_VENV = os.path.join(workers.REPO_ROOT, "build", "horovod-venv")
+REAL_EPOCHS = 4
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(HOROVOD_VENV, "bin", "horovodrun")),
+                    reason="real horovodrun absent: build/horovod-venv is made by `make horovod` "
+                           "(Horovod 0.28.1 with TensorFlow 2.12, 10 to 25 minutes)")
+def test_horovod_keras_script_under_real_horovodrun(tmp_path):
+    # horovodrun comes from Horovod's environment (Python 3.11, TensorFlow 2.12); the script
+    # runs with this interpreter (TensorFlow 2.21, Keras 3), finding its peers through
+    # horovodrun's rendezvous store.
+    env = dict(os.environ, PYTHONPATH=workers.REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
+               EPOCHS=str(REAL_EPOCHS), WORKDIR=str(tmp_path))
+    for name in ("TF_CONFIG", "TFX_JOB_SECRET"):
+        env.pop(name, None)
+    done = subprocess.run([os.path.join(HOROVOD_VENV, "bin", "horovodrun"), "--gloo", "-np", "2",
+                           "-H", "localhost:2", sys.executable, SCRIPT], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    reported = [json.loads(line.split(workers.RESULT_PREFIX, 1)[1])
+                for line in done.stdout.splitlines() if workers.RESULT_PREFIX in line]
+    r0, r1 = sorted(reported, key=lambda r: r["rank"])
+    assert (r0["rank"], r1["rank"], r0["size"], r1["size"]) == (0, 1, 2, 2)
+    assert r0["weights_checksum"] == r1["weights_checksum"]
+    assert r0["train_accuracy"] == r1["train_accuracy"]
+    np.testing.assert_allclose(r0["lr"], [0.002 / 2 * (min(e + 1, 3) / 3 + 1)
+                                          for e in range(REAL_EPOCHS)], rtol=1e-5)
+    assert r0["accuracy"] > 0.85, r0
+    # Only rank 0 wrote checkpoints, one per epoch.
+    assert sorted(f for f in os.listdir(tmp_path) if f.endswith(".keras")) == \
+        sorted(f"checkpoint-{e}.keras" for e in range(1, REAL_EPOCHS + 1))

@@ -425,13 +425,14 @@ void Runtime::Run(const std::vector<Response>& responses) {
     const bool traced = timeline_.enabled();
     const Clock::time_point start = traced ? Clock::now() : Clock::time_point();
     Status st = executor_(resp, ptrs);
-    if (traced) {
-      const auto end = Clock::now();
-      for (const Entry& e : entries)
-        timeline_.Collective(e.meta, e.submitted, start, end, entries.size(), st.ok() ? "" : st.message());
-    }
+    const Clock::time_point end = traced ? Clock::now() : Clock::time_point();
+    const std::string error = st.ok() ? "" : st.message();
     if (!st.ok()) st = RootCause(st);
     for (Entry& e : entries) e.done(st);
+    // Recorded after the callers were told: the trace's formatting stays off
+    // their latency (e.meta lives on in `entries`).
+    if (traced)
+      for (const Entry& e : entries) timeline_.Collective(e.meta, e.submitted, start, end, entries.size(), error);
     if (!st.ok()) {
       Fail(st);
       return;

@@ -1,0 +1,235 @@
+"""tfx_dist.horovod against real Horovod, side by side in one run, 2 processes.
+
+Issue 18's benchmark: all-reduce latency and bandwidth from 4 KiB to 64 MiB,
+and the ``fit`` throughput of a Horovod Keras script, on real Horovod 0.28.1
+(TensorFlow 2.12, Gloo, in the virtual environment benchmarks/setup_horovod.sh
+builds: build/horovod-venv) and on tfx_dist (TensorFlow 2.21, Keras 3).
+Targets: faster than Horovod at every size; fit at least 1.5x Horovod's.
+
+* All-reduce: allreduce_multiprocess.py's ``tfx (tf.function)`` and
+  ``Horovod (tf.function)`` workers (the same timing code), alternated per
+  round with the order rotating; per size the median over rounds of each
+  round's latency (the slowest rank's median).
+* Fit: benchmarks/horovod_fit_script.py, the same script but for the import,
+  run by real Horovod under its ``horovodrun --gloo -np 2``, by
+  tfx_dist.horovod under the same real ``horovodrun``, and by tfx_dist.horovod
+  under ``tfx-dist-run -n 2``; every process on the CPUs tfx-dist-run gives its
+  rank; alternated per round, order rotating; examples/s per run, the median
+  over rounds, and the ratio to Horovod per round.
+
+The 1-minute load average is recorded before and after each run.
+
+    python benchmarks/horovod_compare.py           # writes benchmarks/results/horovod_compare.{json,md}
+    python benchmarks/horovod_compare.py --rounds 1 --sizes 4096 --epochs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import allreduce_multiprocess as ar  # noqa: E402
+
+ROOT = ar.ROOT
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+FIT_SCRIPT = os.path.join(ROOT, "benchmarks", "horovod_fit_script.py")
+SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+FIT_SYSTEMS = ("horovod", "tfx_horovodrun", "tfx_run")
+FIT_LABELS = {"horovod": "Horovod 0.28.1 (horovodrun --gloo, TF 2.12, Keras 2)",
+              "tfx_horovodrun": "tfx_dist.horovod (real horovodrun --gloo, TF 2.21, Keras 3)",
+              "tfx_run": "tfx_dist.horovod (tfx-dist-run, TF 2.21, Keras 3)"}
+
+
+def _rotate(items, r):
+    k = r % len(items)
+    return list(items[k:]) + list(items[:k])
+
+
+# --------------------------------------------------------------------------- all-reduce
+
+def allreduce(venv: str, sizes: list[int], rounds: int, timeout: float) -> dict:
+    runs = {"tfx_tf": [], "horovod": []}
+    for r in range(rounds):
+        for impl in _rotate(("tfx_tf", "horovod"), r):
+            load = os.getloadavg()[0]
+            if impl == "horovod":
+                res = ar.run_horovod(venv, 2, sizes, quick=True, timeout=timeout)
+            else:
+                res = ar.run_impl(impl, 2, sizes, quick=True, timeout=timeout)
+            res["load_before"] = load
+            runs[impl].append(res)
+            print(f"round {r} {impl} (load {load:.1f}): " + ", ".join(
+                f"{ar._fmt_size(int(s))} {v['latency_ms']:.3f} ms" for s, v in res["sizes"].items()),
+                flush=True)
+    out = {"rounds": rounds, "command_horovod": runs["horovod"][0]["command"],
+           "versions_horovod": runs["horovod"][0].get("versions", {}),
+           "tf_function_floor_ms": {i: statistics.median(x["tf_function_floor_ms"] for x in runs[i])
+                                    for i in runs},
+           "load": [x["load_before"] for i in runs for x in runs[i]], "sizes": {}}
+    for n in sizes:
+        lat = {i: [x["sizes"][str(n)]["latency_ms"] for x in runs[i]] for i in runs}
+        ratios = [h / t for h, t in zip(lat["horovod"], lat["tfx_tf"])]
+        out["sizes"][str(n)] = {"latency_ms": {i: statistics.median(v) for i, v in lat.items()},
+                                "per_round_ms": lat, "speedup": statistics.median(ratios),
+                                "speedup_per_round": ratios}
+    return out
+
+
+# --------------------------------------------------------------------------- fit
+
+def _fit_command(system: str, venv: str) -> tuple[list[str], dict]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "TF_CONFIG")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", TF_CPU_ALLOCATOR_USE_BFC="true",
+               TFX_BENCH_CPU_BIND="cores")
+    horovodrun = [os.path.join(venv, "bin", "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2",
+                  "--start-timeout", "300"]
+    if system == "horovod":
+        env["FIT_BENCH_IMPL"] = "horovod"
+        return horovodrun + [os.path.join(venv, "bin", "python"), FIT_SCRIPT], env
+    env["PYTHONPATH"] = ROOT
+    env["FIT_BENCH_IMPL"] = "tfx"
+    if system == "tfx_horovodrun":
+        return horovodrun + [sys.executable, FIT_SCRIPT], env
+    return [sys.executable, "-m", "tfx_dist.run", "-n", "2", sys.executable, FIT_SCRIPT], env
+
+
+def fit_once(system: str, venv: str, epochs: int, timeout: float) -> dict:
+    cmd, env = _fit_command(system, venv)
+    env["FIT_BENCH_EPOCHS"] = str(epochs)
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"fit with {system} still running after {timeout} s: {' '.join(cmd)}")
+    lines = [line.split("RESULT ", 1)[1] for line in proc.stdout.splitlines() if "RESULT " in line]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"fit with {system} failed ({proc.returncode}): {' '.join(cmd)}\n"
+                           f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    res = json.loads(lines[0])
+    res["wall_s"] = time.time() - t0
+    res["command"] = " ".join("python3" if c == sys.executable else
+                              os.path.relpath(c, ROOT) if c.startswith(ROOT + os.sep) else c for c in cmd)
+    return res
+
+
+def fit(venv: str, rounds: int, epochs: int, timeout: float) -> dict:
+    runs = {s: [] for s in FIT_SYSTEMS}
+    for r in range(rounds):
+        for system in _rotate(FIT_SYSTEMS, r):
+            load = os.getloadavg()[0]
+            res = fit_once(system, venv, epochs, timeout)
+            res["load_before"], res["load_after"] = load, os.getloadavg()[0]
+            runs[system].append(res)
+            print(f"round {r} fit {system} (load {load:.1f}): {res['examples_per_s']:.0f} examples/s, "
+                  f"epochs {', '.join(f'{t:.2f}' for t in res['epoch_s'])} s", flush=True)
+    eps = {s: [x["examples_per_s"] for x in runs[s]] for s in FIT_SYSTEMS}
+    first = runs["horovod"][0]
+    return {"rounds": rounds, "epochs": epochs, "examples_per_s": {s: statistics.median(v) for s, v in eps.items()},
+            "per_round": eps,
+            "ratio": {s: statistics.median([a / b for a, b in zip(eps[s], eps["horovod"])])
+                      for s in FIT_SYSTEMS if s != "horovod"},
+            "ratio_per_round": {s: [a / b for a, b in zip(eps[s], eps["horovod"])]
+                                for s in FIT_SYSTEMS if s != "horovod"},
+            "final_accuracy": {s: [x["accuracy"][-1] for x in runs[s]] for s in FIT_SYSTEMS},
+            "versions": {s: runs[s][0]["versions"] for s in FIT_SYSTEMS},
+            "params": first["params"], "batch_per_rank": first["batch_per_rank"], "hidden": first["hidden"],
+            "commands": {s: runs[s][0]["command"] for s in FIT_SYSTEMS},
+            "load": {s: [(x["load_before"], x["load_after"]) for x in runs[s]] for s in FIT_SYSTEMS}}
+
+
+# --------------------------------------------------------------------------- report
+
+def markdown(report: dict) -> str:
+    lines = ["# tfx_dist.horovod vs Horovod (2 processes, loopback)", "",
+             f"{report['date']}, {report['machine']}. Real Horovod "
+             f"{report.get('horovod_version', '?')} with TensorFlow 2.12 and Gloo in its own virtual "
+             "environment (`benchmarks/setup_horovod.sh`: Horovod does not build against this "
+             "project's TensorFlow 2.21), side by side with tfx_dist in one run, alternated round by "
+             "round with the order rotating; every process on the CPU share `tfx-dist-run` gives its "
+             "rank. Targets (issue 18): faster than Horovod at every size; fit at least 1.5x Horovod's.",
+             ""]
+    a = report.get("allreduce")
+    if a:
+        lines += [f"**All-reduce** (float32 sum, `tf.function` on both sides: allreduce_multiprocess.py's "
+                  f"workers; Horovod as `{a['command_horovod']}`). {a['rounds']} rounds; per size the "
+                  "median over rounds of each run's latency (the slowest rank's median over repeats); "
+                  "speed-up = Horovod latency / tfx latency, median of the per-round ratios. A trivial "
+                  f"`tf.function` call took {a['tf_function_floor_ms']['tfx_tf']:.3f} ms in the tfx "
+                  f"processes (TF 2.21) and {a['tf_function_floor_ms']['horovod']:.3f} ms in Horovod's "
+                  f"(TF 2.12). 1-minute load average at the runs' starts: "
+                  f"{min(a['load']):.1f}-{max(a['load']):.1f}.", "",
+                  "| size | tfx (tf.function) | Horovod (tf.function) | speed-up (median) | per round | target |",
+                  "|---|---|---|---|---|---|"]
+        for n, r in a["sizes"].items():
+            t, h = r["latency_ms"]["tfx_tf"], r["latency_ms"]["horovod"]
+            lines.append(f"| {ar._fmt_size(int(n))} | {t:.3f} ms, {int(n) / t / 1e6:.2f} GB/s | "
+                         f"{h:.3f} ms, {int(n) / h / 1e6:.2f} GB/s | {r['speedup']:.2f}x | "
+                         f"{', '.join(f'{x:.2f}' for x in r['speedup_per_round'])} | "
+                         f"{'met' if min(r['speedup_per_round']) > 1 else ('met (median)' if r['speedup'] > 1 else 'not met')} |")
+        lines.append("")
+    f = report.get("fit")
+    if f:
+        lines += [f"**Fit** (`benchmarks/horovod_fit_script.py`: MLP 784-{f['hidden']}-{f['hidden']}-10, "
+                  f"{f['params']:,} parameters, batch {f['batch_per_rank']} per rank, 8192 synthetic "
+                  "examples per rank, `DistributedOptimizer(Adam)`, broadcast, metric-average and "
+                  f"warmup callbacks; {f['epochs']} epochs, examples/s = both ranks' examples of an "
+                  "epoch / its time, median over the epochs after the first). "
+                  f"{f['rounds']} rounds; ratio = examples/s / Horovod's in the same round.", "",
+                  "| system | examples/s (median) | per round | ratio to Horovod (median) | per round | "
+                  "final train accuracy | load avg (before, after) |", "|---|---|---|---|---|---|---|"]
+        for s in FIT_SYSTEMS:
+            ratio = f["ratio"].get(s)
+            lines.append(
+                f"| {FIT_LABELS[s]} | {f['examples_per_s'][s]:.0f} | "
+                f"{', '.join(f'{x:.0f}' for x in f['per_round'][s])} | "
+                + (f"{ratio:.2f}x | {', '.join(f'{x:.2f}' for x in f['ratio_per_round'][s])}" if ratio else "1 | -")
+                + f" | {', '.join(f'{x:.3f}' for x in f['final_accuracy'][s])} | "
+                + ", ".join(f"({b:.1f}, {e:.1f})" for b, e in f["load"][s]) + " |")
+        lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in f["commands"].values()) + ".", ""]
+    lines += [f"*Command: `{report['command']}`.*", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    import platform
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--rounds", type=int, default=3, help="all-reduce rounds")
+    parser.add_argument("--fit-rounds", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--skip", choices=("allreduce", "fit"), nargs="*", default=[])
+    parser.add_argument("--horovod-venv", default=ar.DEFAULT_HOROVOD_VENV)
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--out", default=os.path.join(RESULTS, "horovod_compare.json"))
+    args = parser.parse_args()
+    if not os.path.exists(os.path.join(args.horovod_venv, "bin", "horovodrun")):
+        sys.exit(f"{args.horovod_venv}/bin/horovodrun missing: run benchmarks/setup_horovod.sh "
+                 "(make horovod) first")
+    report = {"command": "python " + " ".join(["benchmarks/horovod_compare.py"] + sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+    if "allreduce" not in args.skip:
+        report["allreduce"] = allreduce(args.horovod_venv, [int(s) for s in args.sizes.split(",")],
+                                        args.rounds, args.timeout)
+        report["horovod_version"] = report["allreduce"]["versions_horovod"].get("horovod")
+    if "fit" not in args.skip:
+        report["fit"] = fit(args.horovod_venv, args.fit_rounds, args.epochs, args.timeout)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    md = markdown(report)
+    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+        f.write(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
