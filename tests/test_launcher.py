@@ -406,3 +406,33 @@ def test_a_late_failure_after_others_finished_still_fails_the_job(tmp_path):
     result, _ = launch("-n", "2", sys.executable, worker)
     assert result.returncode == 5
     assert "tfx-dist-run: rank 1 failed with exit code 5\n" in result.stderr  # nobody to stop
+
+
+@pytest.mark.reliability
+def test_a_rank_failing_before_it_connects_stops_the_job_at_once(tmp_path, reliability):
+    """Issue 19, defect 6: rank 0 must not wait TFX_TIMEOUT_S for a peer
+    that is already dead; the launcher names the rank that failed."""
+    worker = script(tmp_path, """
+        sys.path.insert(0, %r)
+        if RANK == 1:
+            print("bad configuration", file=sys.stderr)
+            sys.exit(7)  # before the rendezvous
+        from tfx_dist.comm import Communicator
+        addresses = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]
+        print("connecting", flush=True)
+        Communicator(RANK, 2, addresses, timeout_s=60)
+        print("connected?!", flush=True)
+    """ % ROOT)
+    result, elapsed = launch("-n", "2", sys.executable, worker, timeout=90)
+    reliability("under tfx-dist-run, rank 1 exits with code 7 before the rendezvous; rank 0 waits "
+                "for it (TFX_TIMEOUT_S=60)",
+                f"the launcher stopped rank 0 and exited {result.returncode} after {elapsed:.1f} s "
+                f"(process start included), naming rank 1: "
+                + next((line for line in result.stderr.splitlines() if "rank 1" in line), "?"),
+                detected_s=round(elapsed, 2), lost="nothing (no training had started)")
+    assert result.returncode == 7, result.stderr
+    assert "tfx-dist-run: rank 1 failed with exit code 7; stopped the other 1 worker(s)" in result.stderr
+    assert "bad configuration" in result.stderr
+    assert "connected?!" not in result.stdout
+    assert elapsed < 20  # TFX_TIMEOUT_S is 60
+

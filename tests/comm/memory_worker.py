@@ -35,6 +35,8 @@ def open_fds() -> int:
 def main():
     scenario, rank, addresses = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     calls, tensors = (int(v) for v in sys.argv[4].split(","))
+    if scenario == "fit":
+        return fit(rank, addresses, calls)
     comm = Communicator(rank, len(addresses), addresses, timeout_s=60)
     if scenario == "numpy":
         arrays = [np.full(4, rank + 1, np.float32) for _ in range(tensors)]
@@ -65,6 +67,41 @@ def main():
     result = {"rss_warm_mb": rss0, "rss_end_mb": rss_mb(), "fds_warm": fds0, "fds_end": open_fds(),
               "names_held": held, "ms_per_call": 1000 * elapsed / calls}
     comm.close()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def fit(rank, addresses, steps):
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": addresses},
+                                          "task": {"type": "worker", "index": rank}})
+    import keras
+
+    from tfx_dist.multi_worker_mirrored_strategy import MultiWorkerMirroredStrategy
+
+    steps_per_epoch, batch = 50, 8
+    warm_epochs = max(1, steps // 5 // steps_per_epoch)
+    epochs = steps // steps_per_epoch
+    strategy = MultiWorkerMirroredStrategy()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(steps_per_epoch * batch, 8)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.01), "mse")
+    marks = {}
+
+    class Measure(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 == warm_epochs:
+                marks.update(rss_warm_mb=rss_mb(), fds_warm=open_fds(), t0=time.perf_counter())
+
+    model.fit(x, y, batch_size=batch, epochs=warm_epochs + epochs, shuffle=False, verbose=0,
+              callbacks=[Measure()])
+    elapsed = time.perf_counter() - marks["t0"]
+    held = strategy.extended._transport.communicator.stats()["names_held"]
+    result = {"rss_warm_mb": marks["rss_warm_mb"], "rss_end_mb": rss_mb(), "fds_warm": marks["fds_warm"],
+              "fds_end": open_fds(), "names_held": held, "ms_per_call": 1000 * elapsed / steps,
+              "steps": steps, "epochs": epochs}
     print("RESULT " + json.dumps(result), flush=True)
 
 

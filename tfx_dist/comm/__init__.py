@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 
 from tfx_dist import settings
-from tfx_dist.comm import _native, naming
+from tfx_dist.comm import _native, interrupts, naming
 from tfx_dist.cluster.shm_segments import sweep_dead_segments
 from tfx_dist.comm import timeline as _timeline
 from tfx_dist.comm.rendezvous import RendezvousError, connect_all
@@ -72,6 +72,9 @@ _ERRORS = {1: CollectiveArgumentError, 2: CollectiveTimeoutError, 3: PeerConnect
 def _raise(code: int, message: bytes | str) -> None:
     if isinstance(message, bytes):
         message = message.decode("utf-8", "replace")
+    if code == _native.STATUS["INTERRUPTED"]:  # Ctrl-C while waiting (interrupts.py)
+        interrupts.take_message()  # raised here: Python's handler need not run
+        raise KeyboardInterrupt(message)
     raise _ERRORS.get(code, CollectiveError)(message)
 
 
@@ -176,6 +179,9 @@ class Communicator:
         self._names = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
+        # Ctrl-C ends a collective that waits, on this rank and (with an error
+        # naming this rank) on its peers.
+        interrupts.install()
         if self.timeline_path:
             _close_timeline_at_exit(self)
 

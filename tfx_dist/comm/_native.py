@@ -26,7 +26,7 @@ DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "
 HIERARCHICAL = {"off": 0, "on": 1, "auto": 2}
 WIRE_PROTECTION = {"none": 0, "integrity": 1, "encrypt": 2}
 STATUS = {"OK": 0, "INVALID_ARGUMENT": 1, "TIMEOUT": 2, "CONNECTION_CLOSED": 3, "PROTOCOL": 4,
-          "MISMATCH": 5, "INTERNAL": 6, "ABORTED": 7}
+          "MISMATCH": 5, "INTERNAL": 6, "ABORTED": 7, "INTERRUPTED": 8}
 ERR_LEN = 4096
 
 
@@ -134,6 +134,10 @@ def lib() -> ctypes.CDLL:
     so.tfx_comm_stats.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
     so.tfx_comm_default_options.restype = Options
     so.tfx_comm_default_options.argtypes = []
+    so.tfx_comm_install_interrupt_hook.restype = ctypes.c_int32
+    so.tfx_comm_install_interrupt_hook.argtypes = []
+    so.tfx_comm_take_interrupt_message.restype = ctypes.c_int32
+    so.tfx_comm_take_interrupt_message.argtypes = [ctypes.c_char_p, ctypes.c_int32]
     return so
 
 

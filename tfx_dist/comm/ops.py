@@ -18,7 +18,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfx_dist import _ops
-from tfx_dist.comm import _native, naming
+from tfx_dist.comm import _native, interrupts, naming
 
 __all__ = ["all_reduce", "all_gather", "broadcast", "all_to_all", "reduce_scatter"]
 
@@ -26,7 +26,29 @@ _REDUCTIONS = ("sum", "mean", "min", "max")
 
 
 def _lib():
-    return _ops.load_op_library("_comm_ops")
+    return _Interruptible(_ops.load_op_library("_comm_ops"))
+
+
+class _Interruptible:
+    """The op library, whose eager calls raise a collective that Ctrl-C
+    interrupted (tf.errors.CancelledError from the runtime) as
+    KeyboardInterrupt naming it (see tfx_dist.comm.interrupts)."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        op = getattr(self._lib, name)
+
+        def call(*args, **kwargs):
+            try:
+                return op(*args, **kwargs)
+            except tf.errors.CancelledError:
+                message = interrupts.take_message()
+                if message:
+                    raise KeyboardInterrupt(message) from None
+                raise
+        return call
 
 
 def all_reduce(tensors, communicator, reduction: str = "sum", name: str | None = None) -> list:

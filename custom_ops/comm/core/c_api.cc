@@ -1,4 +1,5 @@
 #include "custom_ops/comm/core/c_api.h"
+#include "custom_ops/comm/core/interrupt.h"
 
 #include <unistd.h>
 
@@ -46,6 +47,7 @@ TFX_SAME(Code::kProtocol, TFX_STATUS_PROTOCOL);
 TFX_SAME(Code::kMismatch, TFX_STATUS_MISMATCH);
 TFX_SAME(Code::kInternal, TFX_STATUS_INTERNAL);
 TFX_SAME(Code::kAborted, TFX_STATUS_ABORTED);
+TFX_SAME(Code::kInterrupted, TFX_STATUS_INTERRUPTED);
 TFX_SAME(Hierarchical::kOff, TFX_HIERARCHICAL_OFF);
 TFX_SAME(Hierarchical::kOn, TFX_HIERARCHICAL_ON);
 TFX_SAME(Hierarchical::kAuto, TFX_HIERARCHICAL_AUTO);
@@ -73,7 +75,7 @@ const struct {
     TFX_ABI(TFX_OP_REDUCESCATTER), TFX_ABI(TFX_STATUS_OK),
     TFX_ABI(TFX_STATUS_INVALID_ARGUMENT), TFX_ABI(TFX_STATUS_TIMEOUT),
     TFX_ABI(TFX_STATUS_CONNECTION_CLOSED), TFX_ABI(TFX_STATUS_PROTOCOL), TFX_ABI(TFX_STATUS_MISMATCH),
-    TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED), TFX_ABI(TFX_HIERARCHICAL_OFF),
+    TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED), TFX_ABI(TFX_STATUS_INTERRUPTED), TFX_ABI(TFX_HIERARCHICAL_OFF),
     TFX_ABI(TFX_HIERARCHICAL_ON), TFX_ABI(TFX_HIERARCHICAL_AUTO), TFX_ABI(TFX_WIRE_NONE),
     TFX_ABI(TFX_WIRE_INTEGRITY), TFX_ABI(TFX_WIRE_ENCRYPT),
 };
@@ -407,5 +409,13 @@ int32_t tfx_comm_run(int64_t id, const tfx_entry* entries, int32_t n, void** gat
 }
 
 void tfx_comm_free(void* p) { std::free(p); }
+
+int32_t tfx_comm_install_interrupt_hook(void) { return tfx::comm::interrupt::InstallHook() ? 1 : 0; }
+
+int32_t tfx_comm_take_interrupt_message(char* out, int32_t out_len) {
+  const std::string message = tfx::comm::interrupt::TakeMessage();
+  CopyError(message, out, out_len);
+  return static_cast<int32_t>(message.size());
+}
 
 }  // extern "C"

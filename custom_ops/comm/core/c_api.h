@@ -55,7 +55,8 @@ enum {
   TFX_STATUS_PROTOCOL = 4,          /* unexpected bytes on a connection */
   TFX_STATUS_MISMATCH = 5,          /* ranks disagree on a collective */
   TFX_STATUS_INTERNAL = 6,
-  TFX_STATUS_ABORTED = 7 /* the communicator is broken by an earlier error, or closed */
+  TFX_STATUS_ABORTED = 7, /* the communicator is broken by an earlier error, or closed */
+  TFX_STATUS_INTERRUPTED = 8 /* SIGINT (Ctrl-C) while waiting in a collective */
 };
 
 /* TFX_HIERARCHICAL: all-reduce within hosts, across them, within them again
@@ -171,6 +172,16 @@ TFX_API int32_t tfx_comm_submit_drive(int64_t id, const tfx_entry* entries, int3
 TFX_API int32_t tfx_comm_run(int64_t id, const tfx_entry* entries, int32_t n, void** gathered,
                              int64_t* gathered_dim0, char* err, int32_t err_len);
 TFX_API void tfx_comm_free(void* p);
+
+/* Ctrl-C (core/interrupt.h): puts the runtime's SIGINT hook in front of the
+ * process's handler (Python's), so that a SIGINT while a collective waits
+ * fails it (TFX_STATUS_INTERRUPTED, the peers told) before the handler runs.
+ * Returns 1 if the hook is in place, 0 if SIGINT is ignored or has its
+ * default action. Call again after the handler was replaced. */
+TFX_API int32_t tfx_comm_install_interrupt_hook(void);
+/* The message of the latest collective a SIGINT interrupted, into out (""
+ * if none since the last call); returns its length. */
+TFX_API int32_t tfx_comm_take_interrupt_message(char* out, int32_t out_len);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@ const char* CodeName(Code code) {
     case Code::kMismatch: return "FAILED_PRECONDITION";
     case Code::kInternal: return "INTERNAL";
     case Code::kAborted: return "ABORTED";
+    case Code::kInterrupted: return "CANCELLED";
   }
   return "UNKNOWN";
 }

@@ -17,6 +17,7 @@ enum class Code {
   kMismatch = 5,          // ranks disagree on what to reduce
   kInternal = 6,
   kAborted = 7,  // the communicator is broken by an earlier error, or closed
+  kInterrupted = 8,  // SIGINT (Ctrl-C) while this rank waited in a collective (interrupt.h)
 };
 
 const char* CodeName(Code code);

@@ -44,6 +44,7 @@ absl::Status ToTfStatus(int32_t code, const std::string& msg) {
     case TFX_STATUS_PROTOCOL: return absl::DataLossError(msg);
     case TFX_STATUS_MISMATCH: return absl::FailedPreconditionError(msg);
     case TFX_STATUS_ABORTED: return absl::AbortedError(msg);
+    case TFX_STATUS_INTERRUPTED: return absl::CancelledError(msg);
     default: return absl::InternalError(msg);
   }
 }

@@ -24,7 +24,7 @@ Status RunPipeline(const CollectiveContext& ctx, const std::vector<PipelineStep>
   const size_t chunk = std::max(align, ctx.chunk_bytes - ctx.chunk_bytes % align);
   size_t ss = 0, soff = 0;  // send cursor: step, bytes sent of it
   size_t rs = 0, roff = 0;  // receive cursor
-  IoWaiter waiter(*ctx.deadline);
+  IoWaiter waiter(*ctx.deadline, /*interruptible=*/true);
   while (ss < n_steps || rs < n_steps) {
     bool progressed = false;
     bool want_recv = false, want_send = false;

@@ -141,4 +141,17 @@ Clock::time_point Coordinator::NextDeadline() const {
   return next;
 }
 
+std::vector<int> Coordinator::RanksNotReady() const {
+  std::vector<bool> missing(size_, false);
+  for (const auto& [key, rounds] : pending_) {
+    if (rounds.empty()) continue;
+    for (int r = 0; r < size_; ++r)
+      if (!rounds.front().have[r]) missing[r] = true;
+  }
+  std::vector<int> out;
+  for (int r = 0; r < size_; ++r)
+    if (missing[r]) out.push_back(r);
+  return out;
+}
+
 }  // namespace tfx::comm

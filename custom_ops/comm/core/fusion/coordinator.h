@@ -33,6 +33,9 @@ class Coordinator {
   std::vector<Response> TakeTimedOut(Clock::time_point now);
   // When the oldest incomplete key times out (time_point::max() if none).
   Clock::time_point NextDeadline() const;
+  // Ranks that have not submitted the oldest round of some incomplete key
+  // (ascending): who the others wait for, for error messages.
+  std::vector<int> RanksNotReady() const;
 
  private:
   struct Pending {

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 
+#include "custom_ops/comm/core/interrupt.h"
 #include "custom_ops/comm/core/spin.h"
 
 namespace tfx::comm {
@@ -41,6 +42,8 @@ Runtime::Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>
   channel_open_.assign(channels_.size(), true);
   for (size_t i = 0; i < channels_.size(); ++i) channel_open_[i] = channels_[i] != nullptr;
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  wake_slot_ = interrupt::RegisterWakeFd(wake_fd_);
+  seen_interrupts_ = interrupt::Count();
   thread_ = std::thread([this, rank] {
     // Named so that top -H, perf and profiler traces tell it from TF's threads.
     pthread_setname_np(pthread_self(), ("tfx_comm_r" + std::to_string(rank)).substr(0, 15).c_str());
@@ -50,6 +53,7 @@ Runtime::Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>
 
 Runtime::~Runtime() {
   Stop();
+  interrupt::UnregisterWakeFd(wake_slot_);
   close(wake_fd_);  // here, not in Stop: a driver may still wake the loop
 }
 
@@ -88,6 +92,15 @@ size_t Runtime::names_held() const {
 }
 
 void Runtime::Submit(std::vector<Entry> entries, bool wake_loop) {
+  // Counted as waiting until done: a SIGINT meanwhile is the runtime's to
+  // turn into an error (interrupt.h).
+  interrupt::AddWaiting(static_cast<int64_t>(entries.size()));
+  for (Entry& e : entries) {
+    e.done = [inner = std::move(e.done)](const Status& s) {
+      interrupt::AddWaiting(-1);
+      inner(s);
+    };
+  }
   // The READY frames leave in the order the entries joined pending_: the
   // coordinator matches a name's requests in that order (FIFO).
   std::lock_guard<std::mutex> order(submit_mu_);
@@ -236,6 +249,7 @@ void Runtime::Step() {
     if (timeline_.enabled())
       for (const EntryMeta& m : mine) timeline_.Ready(m.key, 0, now);
   }
+  CheckInterrupt();  // after rank 0's own requests joined the table: it names who is missing
   std::vector<Response> to_run;
   for (size_t k = 0; r > 0 && k < fds.size(); ++k) {
     if (fds[k].revents == 0) continue;
@@ -428,6 +442,10 @@ void Runtime::Run(const std::vector<Response>& responses) {
     const Clock::time_point end = traced ? Clock::now() : Clock::time_point();
     const std::string error = st.ok() ? "" : st.message();
     if (!st.ok()) st = RootCause(st);
+    if (st.code() == Code::kInterrupted) {
+      st = Status(st.code(), "tfx_dist rank " + std::to_string(rank_) + ": " + st.message());
+      interrupt::Deliver(st.message());  // before done: Python raises once the op returns
+    }
     for (Entry& e : entries) e.done(st);
     // Recorded after the callers were told: the trace's formatting stays off
     // their latency (e.meta lives on in `entries`).
@@ -469,6 +487,37 @@ Status Runtime::RootCause(const Status& local) {
     }
   }
   return local;
+}
+
+void Runtime::CheckInterrupt() {
+  const uint64_t count = interrupt::Count();
+  if (count == seen_interrupts_) return;
+  seen_interrupts_ = count;
+  std::string names;
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = pending_.begin(); it != pending_.end(); it = pending_.upper_bound(it->first)) {
+      if (n < 3) names += (n > 0 ? ", '" : "'") + it->first + "'";
+      ++n;
+    }
+  }
+  if (n == 0) {
+    interrupt::Deliver("");  // nothing of this communicator waited
+    return;
+  }
+  if (n > 3) names += " and " + std::to_string(n - 3) + " more";
+  std::string who;
+  if (rank_ == 0) {
+    const std::vector<int> missing = coordinator_.RanksNotReady();
+    for (size_t i = 0; i < missing.size(); ++i) who += (i ? ", " : "") + std::to_string(missing[i]);
+    if (!who.empty()) who = "; not yet submitted by rank(s) " + who;
+  }
+  const Status st(Code::kInterrupted, "tfx_dist rank " + std::to_string(rank_) +
+                                          ": interrupted (SIGINT, Ctrl-C) while waiting in collective " + names +
+                                          who);
+  interrupt::Deliver(st.message());  // before Fail runs the done callbacks
+  Fail(st);
 }
 
 void Runtime::CheckLocalTimeouts(Clock::time_point now) {

@@ -84,6 +84,9 @@ class Runtime {
   void HandleFrame(int from, const Frame& frame, std::vector<Response>* to_run);
   void Run(const std::vector<Response>& responses);
   void CheckLocalTimeouts(Clock::time_point now);
+  // A SIGINT came since the last look (interrupt.h): fail what waits, naming
+  // it, and tell the peers; then let Python raise KeyboardInterrupt.
+  void CheckInterrupt();
   // A collective that failed because a neighbour hung up may be the echo of
   // another rank's failure: wait briefly for a BROKEN message naming the root
   // cause and report that first.
@@ -103,6 +106,8 @@ class Runtime {
   Coordinator coordinator_;  // used on rank 0 only
   Clock::time_point last_dispatch_;
   int wake_fd_ = -1;
+  int wake_slot_ = -1;  // interrupt::RegisterWakeFd's slot for wake_fd_
+  uint64_t seen_interrupts_ = 0;  // interrupt::Count() at the last look; step_mu_
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> submits_{0};   // Submit calls so far
   std::atomic<uint64_t> seen_submits_{0};  // submits_ when Step last took local_ready_

@@ -27,11 +27,13 @@ Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
     if (nfds == 0) return Status::Ok();
     // Spin first here too (the caller retries its nonblocking send/recv):
     // a sleep in poll and the wake-up cost more than a small message takes.
-    const int timeout_ms = Clock::now() < spin_until_ ? 0 : deadline_.remaining_ms(1000);
+    // Slices of 200 ms at most, so that a Ctrl-C is noticed (below).
+    const int timeout_ms = Clock::now() < spin_until_ ? 0 : deadline_.remaining_ms(200);
     int r = poll(fds, nfds, timeout_ms);
     if (r == 0 && timeout_ms == 0) sched_yield();
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + std::strerror(errno));
     if (r == 0 && deadline_.expired()) return Status(Code::kTimeout, "timed out");
+    if (r <= 0 && interruptible_ && interrupt::Count() != interrupts_) return Interrupted();
     return Status::Ok();
   }
   // Shared memory involved: spin briefly (the peer is usually microseconds
@@ -58,7 +60,12 @@ Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
     if (send_to != nullptr) TFX_RETURN_IF_ERROR(send_to->CheckAlive());
   }
   if ((checked || (idle_ & 63u) == 0) && deadline_.expired()) return Status(Code::kTimeout, "timed out");
+  if (checked && interruptible_ && interrupt::Count() != interrupts_) return Interrupted();
   return Status::Ok();
+}
+
+Status IoWaiter::Interrupted() {
+  return Status(Code::kInterrupted, "interrupted (SIGINT, Ctrl-C) while waiting for the peer");
 }
 
 }  // namespace tfx::comm

@@ -7,22 +7,30 @@
 #pragma once
 
 #include "custom_ops/comm/core/deadline.h"
+#include "custom_ops/comm/core/interrupt.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm {
 
 class IoWaiter {
  public:
-  explicit IoWaiter(const Deadline& deadline) : deadline_(deadline) {}
+  // interruptible: a SIGINT that comes while waiting ends the wait (the
+  // collectives' data path; see interrupt.h).
+  explicit IoWaiter(const Deadline& deadline, bool interruptible = false)
+      : deadline_(deadline), interruptible_(interruptible), interrupts_(interrupt::Count()) {}
   // Call after an iteration that moved bytes.
   void Progressed() { idle_ = 0; }
   // Call after an iteration that moved nothing: waits until recv_from may
   // have data or send_to may take some (either may be null). Returns a
-  // kTimeout status once the deadline has passed, or the error of a dead pair.
+  // kTimeout status once the deadline has passed, kInterrupted once a SIGINT
+  // came (interrupt.h), or the error of a dead pair.
   Status Wait(Pair* recv_from, Pair* send_to);
 
  private:
+  static Status Interrupted();
   const Deadline& deadline_;
+  const bool interruptible_;
+  const uint64_t interrupts_;  // interrupt::Count() when the wait began
   unsigned idle_ = 0;
   Clock::time_point spin_until_;  // set when an idle stretch starts
 };
