@@ -124,7 +124,8 @@ def test_two_workers_and_two_parameter_servers(tmp_path, reference):
     assert a["dense"] == b["dense"] and a["rows"] == b["rows"] and a["user_rows"] == b["user_rows"]
     np.testing.assert_array_equal(a["predictions"], b["predictions"])
     (restored,) = run_workers(_script(), 1, str(tmp_path / "restore"), timeout_s=240,
-                              extra_env={"MODE": "restore", "CKPT": ckpt})
+                              extra_env={"MODE": "restore", "CKPT": ckpt,
+                                         "COLOR_PLACEMENT": "sharded"})
     assert restored.returncode == 0, restored.describe()
     np.testing.assert_allclose(restored.result["rows"], a["rows"], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(restored.result["user_rows"], a["user_rows"], rtol=1e-6, atol=1e-7)

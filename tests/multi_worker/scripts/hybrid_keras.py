@@ -24,6 +24,9 @@ from worker_lib import report
 
 MODE = os.environ.get("MODE", "hybrid")
 CKPT = os.environ.get("CKPT")
+# "sharded" to restore a checkpoint of parameter servers, which number every table (a
+# table's id is part of its rows' identity in the files).
+COLOR_PLACEMENT = os.environ.get("COLOR_PLACEMENT", "replicated")
 ROWS, USERS, COLORS, GLOBAL_BATCH = 40, 30, 5, 32
 
 rs = np.random.RandomState(0)
@@ -47,7 +50,7 @@ with strategy.scope():
     # Zeros too: with ps tasks this table lives on the servers, whose random
     # initial rows follow the initializer's distribution, not Keras's values.
     color_table = tfx_dist.layers.ShardedEmbedding(
-        COLORS, 2, combiner="sum", placement="replicated", name="color_table",
+        COLORS, 2, combiner="sum", placement=COLOR_PLACEMENT, name="color_table",
         embeddings_initializer="zeros")
     hidden = keras.layers.Concatenate()([item_table(inputs["items"]), color_table(inputs["colors"]),
                                          user_table(inputs["users"]), inputs["dense_features"]])
