@@ -36,7 +36,7 @@ MANIFEST = os.path.join(common.RESULTS, "run_all.json")
 PLOT = os.path.join(common.RESULTS, "allreduce_algbw.png")
 
 # Scripts whose markdown --render-only regenerates from their JSON (module.markdown(result)).
-RENDERERS = ("local_allreduce.py", "central_storage.py")
+RENDERERS = ("local_allreduce.py", "central_storage.py", "hybrid_embedding.py")
 
 # (result name, script, extra args in a full run, extra args in a quick run (None: skip), required)
 BENCHMARKS = [
@@ -66,7 +66,7 @@ BENCHMARKS = [
     # vs TF's PS and a dense Embedding under MWMS, and worker memory as the table grows.
     ("ps_lookup", "ps_lookup.py", [], [], False),
     ("ps_ctr", "ps_ctr.py", [], [], False),
-    # HybridStrategy's sharded table vs mirrored keras.layers.Embedding, 2 workers, 100K-10M rows.
+    # HybridStrategy (fused and unfused all-to-alls, 2 workers + 2 ps) vs mirrored Embedding, 100K-10M rows.
     ("hybrid_embedding", "hybrid_embedding.py", [], [], False),
 ]
 

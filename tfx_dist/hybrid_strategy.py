@@ -26,8 +26,9 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
+from tfx_dist import settings
 from tfx_dist.hybrid import placement as placement_lib
-from tfx_dist.hybrid.worker_table import WorkerShardedTable
+from tfx_dist.hybrid.worker_table import WorkerShardedTable, apply_together
 from tfx_dist.layers import embedding_tables
 from tfx_dist.layers.embedding_tables import LocalTable
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
@@ -75,11 +76,18 @@ class HybridExtended(MultiWorkerMirroredExtended):
         """
         tables, rest_grads, rest_vars = embedding_tables.split_table_gradients(
             grads, variables, "_tfx_hybrid_table")
-        for table, grad in tables:
+        step = tf.cast(optimizer.iterations, tf.int64) + 1
+        for table, _ in tables:
             table.set_optimizer(optimizer)
-            step = tf.cast(optimizer.iterations, tf.int64) + 1
-            # A stateful op: the step's function runs it (automatic control dependencies).
-            table.apply(grad, learning_rate, step)
+        # Stateful ops: the step's function runs them (automatic control dependencies).
+        if len(tables) > 1 and self._transport.size > 1 and settings.get("TFX_ALLTOALL_FUSION"):
+            # Every table's rows in one all-to-all (TensorFlow runs the
+            # collectives of a function one after the other: the runtime
+            # could not fuse separate ones).
+            apply_together(tables, learning_rate, step, self._transport.communicator)
+        else:
+            for table, grad in tables:
+                table.apply(grad, learning_rate, step)
         return rest_grads, rest_vars
 
 

@@ -155,10 +155,15 @@ SETTINGS = {
         # only: tfx_dist.comm passes every one to the C API explicitly, since
         # these are the ones users read (README table) and override.
         Setting("TFX_COMM_FUSION_BYTES", 64 << 20, _Number(int, 0, 1 << 40),
-                "Cross-process fusion: all-reduce requests ready in the same "
+                "Cross-process fusion: all-reduce (and all-to-all) requests ready in the same "
                 "negotiation cycle are packed into buckets of at most this many bytes. "
                 "Formerly `TFX_FUSION_THRESHOLD_BYTES`.",
                 deprecated=("TFX_FUSION_THRESHOLD_BYTES",)),
+        Setting("TFX_ALLTOALL_FUSION", True, _Bool(),
+                "All-to-alls ready in the same negotiation cycle share one exchange, within "
+                "TFX_COMM_FUSION_BYTES; and HybridStrategy sends the gradient rows of all its "
+                "sharded tables in one all-to-all (ids, one for rows) per step. 0: one "
+                "exchange per tensor and per table."),
         Setting("TFX_CYCLE_TIME_MS", 0.0, _Number(float, 0, 60_000),
                 "Minimum time between two negotiation cycles of the cross-process "
                 "runtime; larger values fuse more requests at the cost of latency."),

@@ -3,14 +3,16 @@
 The worker script (scripts/hybrid_keras.py) runs fit (validation, a callback),
 evaluate, a custom loop and predict; every number must equal a single process
 with no strategy (same global batches), and the workers must agree exactly.
+The same script runs with 2 parameter servers in the job (the tables on them).
 """
 
+import json
 import os
 
 import numpy as np
 import pytest
 
-from workers import run_workers
+from workers import free_ports, run_workers, start_workers, wait_workers
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
@@ -36,16 +38,17 @@ def reference(tmp_path_factory):
     return result.result
 
 
-def _equals_reference(result, reference):
-    assert result["table_kind"] == "WorkerShardedTable"
-    assert result["color_kind"] == "LocalTable"
+def _equals_reference(result, reference, table_kind="WorkerShardedTable", color_kind="LocalTable",
+                      rtol=1e-4, atol=1e-6):
+    assert result["table_kind"] == table_kind
+    assert result["color_kind"] == color_kind
     assert result["epochs_seen"] == 2
     for key in ("loss", "val_loss", "evaluate", "custom_losses"):
-        np.testing.assert_allclose(result[key], reference[key], rtol=1e-4, err_msg=key)
-    np.testing.assert_allclose(result["rows"], reference["rows"], rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(result["colors"], reference["colors"], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(result[key], reference[key], rtol=rtol, err_msg=key)
+    for key in ("rows", "user_rows", "colors"):
+        np.testing.assert_allclose(result[key], reference[key], rtol=rtol, atol=atol, err_msg=key)
     for a, b in zip(result["dense"], reference["dense"]):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
 
 
 def test_one_worker_equals_one_process_without_strategy(tmp_path, reference):
@@ -68,16 +71,61 @@ def test_two_workers_agree_and_equal_one_process(two_workers, reference):
         _equals_reference(r, reference)
     # Every worker holds the same dense weights and gives the same predictions.
     assert a["dense"] == b["dense"] and a["colors"] == b["colors"] and a["rows"] == b["rows"]
+    assert a["user_rows"] == b["user_rows"]
     np.testing.assert_array_equal(a["predictions"], b["predictions"])
     # Each worker stores only its own rows (ids % 2): half the table at most.
     assert 0 < a["stored_rows"] and 0 < b["stored_rows"]
+    # Collectives other than all-reduces per custom step: 2 sharded tables x
+    # (ids, rows) forward, then the gradient ids and rows of both tables in
+    # one all-to-all each, and 2 more of the step itself. With
+    # TFX_ALLTOALL_FUSION=0 (one pair per table backward) it was 10 per step.
+    assert a["alltoall_exchanges"] == b["alltoall_exchanges"] == 8 * a["custom_steps"]
 
 
 def test_checkpoint_of_two_workers_restores_into_one(tmp_path, two_workers):
     ckpt, (saved, _) = two_workers
     assert sorted(f for f in os.listdir(ckpt) if ".shard-" in f) == [
-        "ckpt-tfx_ps-item_table-0.shard-0-of-2", "ckpt-tfx_ps-item_table-0.shard-1-of-2"]
+        "ckpt-tfx_ps-item_table-0.shard-0-of-2", "ckpt-tfx_ps-item_table-0.shard-1-of-2",
+        "ckpt-tfx_ps-user_table-1.shard-0-of-2", "ckpt-tfx_ps-user_table-1.shard-1-of-2"]
     (restored,) = run_workers(_script(), 1, str(tmp_path), timeout_s=240,
                               extra_env={"MODE": "restore", "CKPT": ckpt})
     assert restored.returncode == 0, restored.describe()
     np.testing.assert_array_equal(restored.result["rows"], saved["rows"])
+    np.testing.assert_array_equal(restored.result["user_rows"], saved["user_rows"])
+
+
+def _ps_cluster_envs(num_workers, num_ps):
+    """TF_CONFIG of every task: the workers first, then the parameter servers."""
+    ports = free_ports(num_workers + num_ps)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports[:num_workers]],
+               "ps": [f"127.0.0.1:{p}" for p in ports[num_workers:]]}
+    tasks = [("worker", i) for i in range(num_workers)] + [("ps", i) for i in range(num_ps)]
+    return [{"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": t, "index": i}})}
+            for t, i in tasks]
+
+
+def test_two_workers_and_two_parameter_servers(tmp_path, reference):
+    """With ps tasks every table (the small one too) lives on the servers: fit, evaluate, the
+    custom loop and predict equal one process, the workers agree exactly, the loss falls, and
+    the servers' checkpoint restores into HybridStrategy without servers (1 worker)."""
+    ckpt = str(tmp_path / "ckpt")
+    os.makedirs(ckpt)
+    procs, _ = start_workers(_script(), 4, str(tmp_path / "job"),
+                             extra_env={"MODE": "hybrid", "CKPT": ckpt},
+                             per_rank_env=_ps_cluster_envs(2, 2))
+    results = wait_workers(procs, 240)
+    for r in results:
+        assert r.returncode == 0, r.describe()
+    a, b = results[0].result, results[1].result
+    assert a["loss"][1] < a["loss"][0]
+    for r in (a, b):
+        _equals_reference(r, reference, table_kind="RemoteTable", color_kind="RemoteTable")
+        assert r["alltoall_exchanges"] == 0  # no all-to-all: the servers hold the rows
+    assert a["dense"] == b["dense"] and a["rows"] == b["rows"] and a["user_rows"] == b["user_rows"]
+    np.testing.assert_array_equal(a["predictions"], b["predictions"])
+    (restored,) = run_workers(_script(), 1, str(tmp_path / "restore"), timeout_s=240,
+                              extra_env={"MODE": "restore", "CKPT": ckpt,
+                                         "COLOR_PLACEMENT": "sharded"})
+    assert restored.returncode == 0, restored.describe()
+    np.testing.assert_allclose(restored.result["rows"], a["rows"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(restored.result["user_rows"], a["user_rows"], rtol=1e-6, atol=1e-7)

@@ -151,7 +151,8 @@ class Communicator:
             use_shm=int(bool(settings.get("TFX_SHM", shm))),
             chunk_bytes=int(settings.get("TFX_CHUNK_BYTES")),
             hierarchical=_native.HIERARCHICAL[self.hierarchical],
-            hierarchical_min_stripe_bytes=int(settings.get("TFX_HIERARCHICAL_MIN_STRIPE_BYTES")))
+            hierarchical_min_stripe_bytes=int(settings.get("TFX_HIERARCHICAL_MIN_STRIPE_BYTES")),
+            alltoall_fusion=int(bool(settings.get("TFX_ALLTOALL_FUSION"))))
         lib = _native.lib()
         if size > 1:
             # Segments of processes that died during an earlier job's shared-

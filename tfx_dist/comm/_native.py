@@ -63,7 +63,8 @@ class Options(ctypes.Structure):
                 ("chunk_bytes", ctypes.c_int64), ("hierarchical", ctypes.c_int32),
                 ("timeline_path", ctypes.c_char_p), ("timeline_mark_cycles", ctypes.c_int32),
                 ("hierarchical_min_stripe_bytes", ctypes.c_int64),
-                ("wire_protection", ctypes.c_int32), ("wire_keys", ctypes.c_char_p)]
+                ("wire_protection", ctypes.c_int32), ("wire_keys", ctypes.c_char_p),
+                ("alltoall_fusion", ctypes.c_int32)]
 
 
 class Entry(ctypes.Structure):

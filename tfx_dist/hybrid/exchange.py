@@ -1,11 +1,12 @@
-"""Moving rows to their owners and back: one all-to-all per tensor.
+"""Moving rows to their owners and back: one all-to-all per tensor, or per phase for all tables.
 
 Row ``id`` of a sharded table lives on worker ``id % N``, the rule of the
 embedding store and of the parameter servers (`custom_ops/embedding/core/table.h`),
 so checkpoints of either share one layout. A worker groups its distinct ids
 by owner (a stable sort, so the grouping is the same for ids and for the rows
 that go with them), sends each group to its owner, and undoes the grouping on
-what comes back.
+what comes back. The gradient rows of all sharded tables of a step travel
+together (`send_tables_to_owners`): two all-to-alls per step, not two per table.
 """
 
 from __future__ import annotations
@@ -54,3 +55,34 @@ def return_to_senders(rows, received_splits, grouping: Grouping, communicator):
     """The owners' answer (rows in the order received) back to each sender, in its id order."""
     back, _ = all_to_all(rows, received_splits, communicator)
     return tf.gather(back, tf.math.invert_permutation(grouping.order))
+
+
+def send_tables_to_owners(ids_per_table, rows_per_table, num_workers: int, communicator):
+    """Sends the (ids, rows) of several tables to their owners in two all-to-alls in all.
+
+    ``ids_per_table[t]``: int64 ids of table t; ``rows_per_table[t]``: float32
+    rows ``[len(ids), dim_t]``. Every worker's block for worker j holds table
+    0's rows for j, then table 1's, ... (each in this worker's order), ids as
+    ``(table, id)`` pairs and rows padded to the widest table; the owner cuts
+    them apart by table. What each table receives is what its own
+    `send_to_owners` would have received, in the same order.
+
+    Returns [(ids, rows)] per table, as received by this worker (the owner).
+    """
+    num_tables = len(ids_per_table)
+    width = max(int(r.shape[1]) for r in rows_per_table)
+    tables = tf.concat([tf.fill(tf.shape(ids)[:1], tf.constant(t, tf.int64))
+                        for t, ids in enumerate(ids_per_table)], 0)
+    ids = tf.concat(list(ids_per_table), 0)
+    rows = tf.concat([tf.pad(r, [[0, 0], [0, width - int(r.shape[1])]]) for r in rows_per_table], 0)
+    owner = ids % num_workers
+    # A stable sort by (owner, table): per owner, table after table, each in its own order.
+    order = tf.argsort(owner * num_tables + tables, stable=True)
+    splits = tf.math.bincount(tf.cast(owner, tf.int32), minlength=num_workers,
+                              maxlength=num_workers, dtype=tf.int64)
+    pairs, _ = all_to_all(tf.gather(tf.stack([tables, ids], 1), order), splits, communicator)
+    received_rows, _ = all_to_all(tf.gather(rows, order), splits, communicator)
+    part = tf.cast(pairs[:, 0], tf.int32)
+    id_parts = tf.dynamic_partition(pairs[:, 1], part, num_tables)
+    row_parts = tf.dynamic_partition(received_rows, part, num_tables)
+    return [(id_parts[t], row_parts[t][:, :int(rows_per_table[t].shape[1])]) for t in range(num_tables)]

@@ -1,8 +1,9 @@
 """Which `ShardedEmbedding` tables HybridStrategy shards and which it replicates.
 
-Sharding costs two all-to-alls per lookup and one per gradient, whatever the
-table's size; replicating costs a copy of the table on every worker and an
-all-reduce of its gradient. Small tables are cheaper replicated. The rule: a
+Sharding costs two all-to-alls per lookup and a share of the step's two
+gradient all-to-alls (all sharded tables' together), whatever the table's size;
+replicating costs a copy of the table on every worker and an all-reduce of
+its gradient. Small tables are cheaper replicated. The rule: a
 table of at least ``TFX_HYBRID_SHARD_MIN_BYTES`` (float32 rows) is sharded;
 a layer's ``placement=`` argument overrides it.
 """

@@ -136,14 +136,14 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         ``gradient``: `tf.IndexedSlices` over ids; ``step``: the 1-based count
         of the optimizer's applies (Adam's bias correction).
         """
-        if not isinstance(gradient, tf.IndexedSlices):
-            raise TypeError(f"ShardedEmbedding '{self.name}': expected the table's gradient as "
-                            f"tf.IndexedSlices. Received: {type(gradient).__name__}")
-        ids = tf.cast(gradient.indices, tf.int64)
-        grads = tf.cast(gradient.values, tf.float32)
+        ids, grads = gradient_rows(self.name, gradient)
         if self.num_workers > 1:
             grouping = exchange.group_by_owner(ids, self.num_workers)
             (ids, grads), _ = exchange.send_to_owners(grouping, [ids, grads], self._communicator)
+        return self.apply_owned(ids, grads, learning_rate, step)
+
+    def apply_owned(self, ids, grads, learning_rate, step):
+        """The op that applies gradient rows of ids this worker owns (from every worker)."""
         return _ops_lib().tfx_store_apply(ids, grads, tf.cast(learning_rate, tf.float32),
                                           tf.cast(step, tf.int64), handle=self.shard.handle)
 
@@ -198,6 +198,28 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
             restore(*args)
             return None
         return tf.py_function(restore, args, tf.bool)
+
+
+def gradient_rows(name: str, gradient):
+    """(int64 ids, float32 rows) of a table's `tf.IndexedSlices` gradient."""
+    if not isinstance(gradient, tf.IndexedSlices):
+        raise TypeError(f"ShardedEmbedding '{name}': expected the table's gradient as "
+                        f"tf.IndexedSlices. Received: {type(gradient).__name__}")
+    return tf.cast(gradient.indices, tf.int64), tf.cast(gradient.values, tf.float32)
+
+
+def apply_together(tables_and_grads, learning_rate, step, communicator):
+    """Ops applying several tables' gradients: their rows reach the owners in two all-to-alls.
+
+    Every worker passes the same tables in the same order (Keras's trainable
+    variables are in model order on every worker).
+    """
+    first = tables_and_grads[0][0]
+    ids_rows = [gradient_rows(table.name, grad) for table, grad in tables_and_grads]
+    received = exchange.send_tables_to_owners([i for i, _ in ids_rows], [r for _, r in ids_rows],
+                                              first.num_workers, communicator)
+    return [table.apply_owned(ids, rows, learning_rate, step)
+            for (table, _), (ids, rows) in zip(tables_and_grads, received)]
 
 
 def _chief_prefix(checkpoint_prefix: str) -> str:

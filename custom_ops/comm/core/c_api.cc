@@ -208,6 +208,7 @@ Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOp
   out->timeline_path = in.timeline_path != nullptr ? in.timeline_path : "";
   out->timeline_mark_cycles = in.timeline_mark_cycles != 0;
   out->hierarchical_min_stripe_bytes = static_cast<size_t>(in.hierarchical_min_stripe_bytes);
+  out->alltoall_fusion = in.alltoall_fusion != 0;
   out->wire_keys.clear();
   if (in.wire_protection != TFX_WIRE_NONE && size > 1) {
     out->wire_keys.resize(size);
@@ -240,6 +241,7 @@ tfx_comm_options tfx_comm_default_options(void) {
   o.hierarchical_min_stripe_bytes = static_cast<int64_t>(d.hierarchical_min_stripe_bytes);
   o.wire_protection = TFX_WIRE_NONE;
   o.wire_keys = nullptr;
+  o.alltoall_fusion = d.alltoall_fusion ? 1 : 0;
   return o;
 }
 

@@ -86,6 +86,7 @@ typedef struct {
    * key this rank sends with, then the one it receives with, on the data
    * connection to that peer (derived by the rendezvous). Read during create only. */
   const uint8_t* wire_keys;
+  int32_t alltoall_fusion; /* all-to-alls ready together share one exchange (TFX_ALLTOALL_FUSION) */
 } tfx_comm_options;
 
 /* The runtime's defaults, for C callers (the C++ tests). Python passes every

@@ -91,6 +91,7 @@ Status Communicator::Create(int rank, int size, const std::vector<int>& data_fds
   RuntimeOptions ro;
   ro.bucket_bytes = options.bucket_bytes;
   ro.cycle_time_ms = options.cycle_time_ms;
+  ro.alltoall_fusion = options.alltoall_fusion;
   ro.timeout_s = options.timeout_s;
   Communicator* self = comm.get();
   comm->runtime_.reset(new Runtime(

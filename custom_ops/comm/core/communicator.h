@@ -29,6 +29,7 @@ struct CommunicatorOptions {
   std::string timeline_path;  // non-empty: start the timeline (timeline.h) there
   bool timeline_mark_cycles = false;
   size_t hierarchical_min_stripe_bytes = 0;  // kAuto only (tfx_dist/settings.py says why)
+  bool alltoall_fusion = true;  // all-to-alls ready together share one exchange
   // Per peer (indexed by rank): the data connection's wire protection keys;
   // empty: none. Used by TCP pairs only (shared memory needs none).
   std::vector<WireKeys> wire_keys;

@@ -372,9 +372,15 @@ void TestAlltoall(Job& job, bool shm, size_t cols, int max_rows, int* round) {
       };
       entries[r].push_back(std::move(e));
     }
+  const int64_t responses = job[0].stats().responses.load();
   for (int r = 0; r < n; ++r) job[r].Submit(std::move(entries[r]));
   latch.Wait();
   for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+  // Submitted together, the tensors of a round fuse (fewer exchanges than tensors).
+  const int64_t exchanges = job[0].stats().responses.load() - responses;
+  CHECK(n == 1 || exchanges < static_cast<int64_t>(nd),
+        "alltoall round " + std::to_string(*round) + ": " + std::to_string(exchanges) + " exchanges for " +
+            std::to_string(nd) + " tensors");
   for (size_t d = 0; d < nd; ++d)
     for (int r = 0; r < n; ++r) {
       const DataType dt = dtypes[d];
@@ -659,6 +665,31 @@ void TestCoordinator() {
       CHECK(rs[4].keys == std::vector<std::string>({"big"}), "an oversized tensor gets its own bucket");
     }
     CHECK(!c.HasReady(), "taken");
+  }
+  {  // all-to-alls fuse whatever their dtypes; the bucket carries each key's split matrix in key order
+    Coordinator c(2, 1 << 20, 10.0);
+    for (const char* k : {"x", "y"})
+      for (int r : {0, 1}) {
+        EntryMeta m = Meta(k, OpType::kAlltoall, k[0] == 'x' ? DataType::kInt64 : DataType::kFloat32, {3, 2});
+        m.splits = {r + 1, 2 - r};
+        if (k[0] == 'y') m.splits = {3 - r, r};
+        c.Add(r, m, now);
+      }
+    auto rs = c.TakeResponses();
+    CHECK(rs.size() == 1 && rs[0].keys == std::vector<std::string>({"x", "y"}), "all-to-alls fused");
+    if (rs.size() == 1)
+      CHECK(rs[0].dim0s == std::vector<int64_t>({1, 2, 2, 1, 3, 0, 2, 1}), "fused all-to-all splits");
+  }
+  {  // alltoall_fusion = false (TFX_ALLTOALL_FUSION=0): one exchange each
+    Coordinator c(2, 1 << 20, 10.0, /*alltoall_fusion=*/false);
+    for (const char* k : {"x", "y"})
+      for (int r : {0, 1}) {
+        EntryMeta m = Meta(k, OpType::kAlltoall, DataType::kFloat32, {2, 2});
+        m.splits = {1, 1};
+        c.Add(r, m, now);
+      }
+    auto rs = c.TakeResponses();
+    CHECK(rs.size() == 2 && rs[0].dim0s.size() == 4 && rs[1].dim0s.size() == 4, "all-to-alls not fused");
   }
   {  // agreement errors
     Coordinator c(3, 1 << 20, 10.0);

@@ -80,6 +80,10 @@ void AlltoallComplete(const std::vector<EntryMeta>& by_rank, Response* resp) {
   for (const EntryMeta& m : by_rank) resp->dim0s.insert(resp->dim0s.end(), m.splits.begin(), m.splits.end());
 }
 
+// Any all-to-alls: a bucket travels as bytes, one block per peer holding
+// every tensor's block for it (executors/alltoall.cc).
+bool AlltoallFuses(const EntryMeta&, const EntryMeta&) { return true; }
+
 std::string ReducescatterCheckLocal(const EntryMeta& m, int) {
   if (m.dtype == DataType::kUInt8) return "reduce-scatter does not support uint8";
   if (m.shape.empty()) return "reduce-scatter needs a tensor of rank >= 1 (it scatters dimension 0); got a scalar";
@@ -101,10 +105,10 @@ const OpRow kOps[] = {
      AllgatherComplete, nullptr, MakeAllgatherExecutor, true},
     {OpType::kBroadcast, "broadcast", NoLocalCheck, BroadcastAgree, BroadcastCheckAgreed, nullptr,
      nullptr, MakeBroadcastExecutor, false},
-    // All-to-all agrees like all-gather (all but dimension 0); not fused: one
-    // exchange per tensor (see custom_ops/comm/README.md).
+    // All-to-all agrees like all-gather (all but dimension 0); those ready
+    // together fuse into one exchange (see custom_ops/comm/README.md).
     {OpType::kAlltoall, "alltoall", AlltoallCheckLocal, AllgatherAgree, NoCheck, AlltoallComplete,
-     nullptr, MakeAlltoallExecutor, true},
+     AlltoallFuses, MakeAlltoallExecutor, true},
     // Not fused: each tensor's blocks are its own rows, so a bucket would not
     // be one ring segment per rank.
     {OpType::kReducescatter, "reducescatter", ReducescatterCheckLocal, ReducescatterAgree, NoCheck,

@@ -86,7 +86,7 @@ std::vector<Response> Coordinator::TakeResponses() {
   };
   for (auto& [meta, resp] : ready_) {
     const OpRow* row = FindOp(static_cast<int>(meta.op));
-    if (resp.failed() || row->fuses == nullptr) {
+    if (resp.failed() || row->fuses == nullptr || (meta.op == OpType::kAlltoall && !alltoall_fusion_)) {
       flush();
       out.push_back(std::move(resp));
       continue;
@@ -96,6 +96,8 @@ std::vector<Response> Coordinator::TakeResponses() {
     if (!fits) flush();
     bucket.op = meta.op;
     bucket.keys.push_back(meta.key);
+    // What each key's `complete` added, key after key (a fused all-to-all's split matrices).
+    bucket.dim0s.insert(bucket.dim0s.end(), resp.dim0s.begin(), resp.dim0s.end());
     bucket_meta = &meta;
     bucket_size += meta.bytes();
   }

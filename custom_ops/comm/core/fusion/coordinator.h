@@ -16,8 +16,9 @@ namespace tfx::comm {
 
 class Coordinator {
  public:
-  Coordinator(int size, size_t bucket_bytes, double timeout_s)
-      : size_(size), bucket_bytes_(bucket_bytes), timeout_s_(timeout_s) {}
+  // alltoall_fusion = false: every all-to-all runs alone (to measure what fusing them gains).
+  Coordinator(int size, size_t bucket_bytes, double timeout_s, bool alltoall_fusion = true)
+      : size_(size), bucket_bytes_(bucket_bytes), timeout_s_(timeout_s), alltoall_fusion_(alltoall_fusion) {}
 
   // Rank `rank` is ready with `meta`. A key a rank submits again before the
   // last one completed opens a new round: each rank's k-th request of a key
@@ -26,8 +27,8 @@ class Coordinator {
   void Add(int rank, const EntryMeta& meta, Clock::time_point now);
   bool HasReady() const { return !ready_.empty(); }
   // Responses for every key ready on all ranks, in completion order, with
-  // all-reduces fused into buckets of at most bucket_bytes (a larger tensor
-  // gets a bucket of its own).
+  // the tensors of ops that fuse (all-reduces, all-to-alls) in buckets of at
+  // most bucket_bytes (a larger tensor gets a bucket of its own).
   std::vector<Response> TakeResponses();
   // Errors for keys that some rank has not submitted within the timeout.
   std::vector<Response> TakeTimedOut(Clock::time_point now);
@@ -50,6 +51,7 @@ class Coordinator {
   const int size_;
   const size_t bucket_bytes_;
   const double timeout_s_;
+  const bool alltoall_fusion_;
   // Incomplete rounds of each key, oldest first; a key leaves with its last round.
   std::map<std::string, std::deque<Pending>> pending_;
   // Per key and rank: requests still to come for rounds that timed out

@@ -37,7 +37,7 @@ Runtime::Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>
       channels_(std::move(channels)),
       executor_(std::move(executor)),
       on_broken_(std::move(on_broken)),
-      coordinator_(size, options.bucket_bytes, options.timeout_s),
+      coordinator_(size, options.bucket_bytes, options.timeout_s, options.alltoall_fusion),
       timeline_(rank) {
   channel_open_.assign(channels_.size(), true);
   for (size_t i = 0; i < channels_.size(); ++i) channel_open_[i] = channels_[i] != nullptr;

@@ -42,6 +42,7 @@ struct RuntimeOptions {
   size_t bucket_bytes = 64 << 20;
   double cycle_time_ms = 0.0;
   double timeout_s = 300.0;
+  bool alltoall_fusion = true;
 };
 
 class Runtime {
