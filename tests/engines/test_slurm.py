@@ -69,8 +69,11 @@ def slurm(tmp_path):
         deadline = time.monotonic() + 20
         state = ""
         while time.monotonic() < deadline:
-            state = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True,
-                                   text=True, timeout=10).stdout.strip()
+            try:
+                state = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True,
+                                       text=True, timeout=10).stdout.strip()
+            except subprocess.TimeoutExpired:
+                state = "sinfo timed out"  # slurmctld still starting on a busy machine: ask again
             if state == "idle":
                 break
             time.sleep(0.5)
