@@ -89,7 +89,12 @@ __attribute__((target("avx2"))) void UniformColumnsAvx2(uint64_t row_key, const 
   }
 }
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+// Set while the library loads: __builtin_cpu_init first, as a static
+// initializer may run before libgcc's own has filled in the CPU's features.
+const bool kHaveAvx2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
+}();
 
 }  // namespace
 
