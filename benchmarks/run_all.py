@@ -459,7 +459,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer sizes and repeats")
     parser.add_argument("--only", nargs="+", default=None, help="scripts to run (default: all)")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per script")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per script")
     parser.add_argument("--output", default=OUTPUT)
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite BENCHMARKS.md from benchmarks/results/ without running")

@@ -31,7 +31,7 @@ from tfx_dist.comm import _native
 from tfx_dist.comm.rendezvous import connect_service
 
 ERR_LEN = 4096
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 HANDLER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_void_p)
@@ -50,6 +50,8 @@ class Options(ctypes.Structure):
 class Request(ctypes.Structure):
     _fields_ = [("server", ctypes.c_int32), ("kind", ctypes.c_int32), ("payload", ctypes.c_void_p),
                 ("payload_bytes", ctypes.c_int64), ("alloc", ALLOC_FN), ("alloc_arg", ctypes.c_void_p),
+                ("scatter_base", ctypes.c_void_p), ("scatter_index", ctypes.c_void_p),
+                ("scatter_count", ctypes.c_int64), ("scatter_record_bytes", ctypes.c_int64),
                 ("code", ctypes.c_int32), ("reply_bytes", ctypes.c_int64), ("reply", ctypes.c_void_p)]
 
 

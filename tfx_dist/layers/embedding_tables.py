@@ -39,7 +39,11 @@ def anchored_lookup(anchor, unique_ids, fetch_rows, dense_shape):
     @tf.custom_gradient
     def fetch(ids):
         rows = fetch_rows(ids)
-        rows = rows + tf.zeros([], rows.dtype) * tf.cast(anchor.value, rows.dtype)
+        # Reading the anchor here is what makes it one of the function's
+        # variables (its gradient comes from grad below); the rows need not
+        # depend on its value, so no arithmetic over them (a copy of the batch).
+        with tf.control_dependencies([tf.convert_to_tensor(anchor.value)]):
+            rows = tf.identity(rows)
 
         def grad(d_rows, variables=None):
             slices = tf.IndexedSlices(d_rows, ids, dense_shape=dense_shape)

@@ -27,14 +27,22 @@ Code FromServiceCode(int32_t code) {
 // Writes the count and then ids[i] for each i in positions (codec.h's array layout).
 void PutSelected(const int64_t* ids, const std::vector<int64_t>& positions, Writer* w) {
   w->Put<int64_t>(static_cast<int64_t>(positions.size()));
-  for (int64_t i : positions) w->Put(ids[i]);
+  std::string& out = w->bytes();
+  const size_t at = out.size();
+  out.resize(at + positions.size() * sizeof(int64_t));
+  char* dst = &out[at];
+  for (size_t k = 0; k < positions.size(); ++k) std::memcpy(dst + k * sizeof(int64_t), &ids[positions[k]], sizeof(int64_t));
 }
 
 // The same for rows of dim floats.
 void PutSelectedRows(const float* rows, int64_t dim, const std::vector<int64_t>& positions, Writer* w) {
   w->Put<int64_t>(static_cast<int64_t>(positions.size()) * dim);
-  for (int64_t i : positions)
-    w->bytes().append(reinterpret_cast<const char*>(rows + i * dim), static_cast<size_t>(dim) * sizeof(float));
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+  std::string& out = w->bytes();
+  const size_t at = out.size();
+  out.resize(at + positions.size() * row_bytes);
+  char* dst = &out[at];
+  for (size_t k = 0; k < positions.size(); ++k) std::memcpy(dst + k * row_bytes, rows + positions[k] * dim, row_bytes);
 }
 
 void* IntoVector(void* arg, int64_t len) {
@@ -49,7 +57,7 @@ PsClient::PsClient(int64_t service_client, int num_servers, int worker)
     : service_client_(service_client), num_servers_(num_servers), worker_(worker) {}
 
 Status PsClient::CallAll(uint16_t kind, const std::vector<std::string>& payloads,
-                         std::vector<std::vector<char>>* replies) {
+                         std::vector<std::vector<char>>* replies, const RowsInto* rows) {
   std::vector<std::vector<char>> local;
   if (replies == nullptr) replies = &local;
   replies->assign(num_servers_, {});
@@ -61,8 +69,16 @@ Status PsClient::CallAll(uint16_t kind, const std::vector<std::string>& payloads
     r.kind = kind;
     r.payload = payloads[s].data();
     r.payload_bytes = static_cast<int64_t>(payloads[s].size());
-    r.alloc = &IntoVector;
-    r.alloc_arg = &(*replies)[s];
+    if (rows != nullptr) {
+      const std::vector<int64_t>& at = (*rows->positions)[s];
+      r.scatter_base = rows->base;
+      r.scatter_index = at.data();
+      r.scatter_count = static_cast<int64_t>(at.size());
+      r.scatter_record_bytes = static_cast<int64_t>(rows->row_bytes);
+    } else {
+      r.alloc = &IntoVector;
+      r.alloc_arg = &(*replies)[s];
+    }
     requests.push_back(r);
   }
   if (requests.empty()) return Status::Ok();
@@ -79,6 +95,7 @@ Status PsClient::Route(int64_t table_id, const int64_t* ids, int64_t n, TableInf
                        std::vector<std::vector<int64_t>>* positions) {
   TFX_EMB_RETURN_IF_ERROR(Info(table_id, info));
   positions->assign(num_servers_, {});
+  for (auto& p : *positions) p.reserve(static_cast<size_t>(n / num_servers_ + n / (4 * num_servers_) + 16));
   for (int64_t i = 0; i < n; ++i) {
     // Negative ids of a fixed table go to server 0, which names them in its error.
     const int32_t s = (!info->dynamic && ids[i] < 0) ? 0 : embedding::ShardOf(ids[i], num_servers_, info->dynamic);
@@ -121,18 +138,10 @@ Status PsClient::Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* 
     PutSelected(ids, positions[s], &w);
     payloads[s] = std::move(w.bytes());
   }
-  std::vector<std::vector<char>> replies;
-  TFX_EMB_RETURN_IF_ERROR(CallAll(kLookup, payloads, &replies));
-  const size_t row_bytes = static_cast<size_t>(info.dim) * sizeof(float);
-  for (int s = 0; s < num_servers_; ++s) {
-    if (replies[s].size() != positions[s].size() * row_bytes)
-      return Status(Code::kInternal, "worker " + std::to_string(worker_) + ": parameter server " + std::to_string(s) +
-                                         " answered a lookup with " + std::to_string(replies[s].size()) +
-                                         " bytes, expected " + std::to_string(positions[s].size() * row_bytes));
-    for (size_t k = 0; k < positions[s].size(); ++k)
-      std::memcpy(out + positions[s][k] * info.dim, replies[s].data() + k * row_bytes, row_bytes);
-  }
-  return Status::Ok();
+  // Each server's rows are received straight into their places in out (the
+  // service checks that each reply holds exactly the rows asked for).
+  const RowsInto rows{reinterpret_cast<char*>(out), &positions, static_cast<size_t>(info.dim) * sizeof(float)};
+  return CallAll(kLookup, payloads, nullptr, &rows);
 }
 
 Status PsClient::Push(int64_t table_id, const int64_t* ids, int64_t n, const float* grads, float learning_rate) {

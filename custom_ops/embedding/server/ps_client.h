@@ -51,9 +51,17 @@ class PsClient {
     int64_t dim;
     bool dynamic;
   };
+  // Where the replies of a lookup go: server s's k-th row to
+  // base + positions[s][k] * row_bytes, received in place (no reply buffers).
+  struct RowsInto {
+    char* base;
+    const std::vector<std::vector<int64_t>>* positions;
+    size_t row_bytes;
+  };
   // Requests (kind, payload per server) to every server; checks every reply.
+  // Replies go to *replies, or to rows when given.
   embedding::Status CallAll(uint16_t kind, const std::vector<std::string>& payloads,
-                            std::vector<std::vector<char>>* replies = nullptr);
+                            std::vector<std::vector<char>>* replies = nullptr, const RowsInto* rows = nullptr);
   embedding::Status Info(int64_t table_id, TableInfo* info);
   // The table's info, and positions[s]: the indices into ids of the ids server s holds.
   embedding::Status Route(int64_t table_id, const int64_t* ids, int64_t n, TableInfo* info,

@@ -20,6 +20,31 @@ namespace {
 constexpr size_t kCoalesceBytes = 16 << 10;
 constexpr size_t kHeader = sizeof(FrameHeader);
 
+// Record k of a reply to base + index[k] * record_bytes (Request's scatter).
+// `start`: the reply's bytes received before this TryRecv call; records may
+// arrive split across calls and transport slots.
+class ScatterRecords : public RecvConsumer {
+ public:
+  ScatterRecords(const Request& r, size_t start)
+      : base_(r.scatter_base), index_(r.scatter_index), record_(r.scatter_record_bytes), start_(start) {}
+  void Consume(size_t at, const char* data, size_t n) override {
+    size_t pos = start_ + at;
+    while (n > 0) {
+      const size_t k = pos / record_, off = pos % record_;
+      const size_t take = std::min(record_ - off, n);
+      std::memcpy(base_ + static_cast<size_t>(index_[k]) * record_ + off, data, take);
+      data += take;
+      pos += take;
+      n -= take;
+    }
+  }
+
+ private:
+  char* const base_;
+  const int64_t* const index_;
+  const size_t record_, start_;
+};
+
 Code WireCode(int32_t status) {
   return status > 0 && status <= static_cast<int32_t>(Code::kAborted) ? static_cast<Code>(status) : Code::kInternal;
 }
@@ -46,6 +71,7 @@ struct Client::Exchange {
   size_t recv_k = 0, recv_off = 0;   // reply being received; bytes of header+payload received
   FrameHeader in;
   char* dst = nullptr;       // where the payload of `in` goes
+  const Request* scatter = nullptr;  // or: its request's scatter destination
   std::string message;       // error replies and ABORT frames: their message
   std::vector<char> drain;   // the allocator returned nothing: payload dropped here
   bool done = false;
@@ -167,6 +193,7 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
 
   // Header received: decides where its payload goes, or fails the link.
   auto begin_reply = [&](Exchange& x) -> Status {
+    x.scatter = nullptr;
     const std::string garbage = CheckHeader(x.in, options_.max_frame_bytes);
     if (!garbage.empty()) return Status(Code::kProtocol, "sent " + garbage);
     const size_t len = x.in.payload_bytes;
@@ -183,8 +210,23 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
                                          ") was due");
     if (x.in.status != 0) return Status::Ok();
     const Request& r = requests[x.order[x.recv_k]];
-    void* p = r.alloc != nullptr ? r.alloc(r.alloc_arg, len) : (len > 0 ? std::malloc(len) : nullptr);
     Response& resp = responses[x.order[x.recv_k]];
+    if (r.scatter_base != nullptr) {
+      if (len == r.scatter_count * r.scatter_record_bytes) {
+        x.scatter = &r;
+        resp.data = r.scatter_base;
+        resp.bytes = len;
+      } else {
+        x.drain.resize(len);
+        x.dst = x.drain.data();
+        resp.status = Status(Code::kInternal, "tfx_dist service: " + Who(x.server) + " replied with " +
+                                                  std::to_string(len) + " bytes where " +
+                                                  std::to_string(r.scatter_count) + " records of " +
+                                                  std::to_string(r.scatter_record_bytes) + " bytes were expected");
+      }
+      return Status::Ok();
+    }
+    void* p = r.alloc != nullptr ? r.alloc(r.alloc_arg, len) : (len > 0 ? std::malloc(len) : nullptr);
     if (p == nullptr && len > 0) {
       x.drain.resize(len);
       x.dst = x.drain.data();
@@ -265,8 +307,13 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
       }
       const size_t got = x.recv_off - kHeader;
       if (got < x.in.payload_bytes) {
-        CopyInto into(x.dst + got);
-        TFX_RETURN_IF_ERROR(pair->TryRecv(into, x.in.payload_bytes - got, &moved));
+        if (x.scatter != nullptr) {
+          ScatterRecords into(*x.scatter, got);
+          TFX_RETURN_IF_ERROR(pair->TryRecv(into, x.in.payload_bytes - got, &moved));
+        } else {
+          CopyInto into(x.dst + got);
+          TFX_RETURN_IF_ERROR(pair->TryRecv(into, x.in.payload_bytes - got, &moved));
+        }
         if (moved == 0) return Status::Ok();
         *progressed = true;
         x.recv_off += moved;

@@ -48,6 +48,15 @@ struct Request {
   size_t payload_bytes = 0;
   ReplyAllocator alloc = nullptr;  // null: malloc (the caller frees)
   void* alloc_arg = nullptr;
+  // Optional, instead of alloc (when scatter_base is set): the reply is
+  // scatter_count records of scatter_record_bytes, record k received straight
+  // into scatter_base + scatter_index[k] * scatter_record_bytes (a parameter
+  // server's rows go to their places in the caller's output). A reply of
+  // another length fails the request.
+  char* scatter_base = nullptr;
+  const int64_t* scatter_index = nullptr;
+  size_t scatter_count = 0;
+  size_t scatter_record_bytes = 0;
 };
 
 struct Response {

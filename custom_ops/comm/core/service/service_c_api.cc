@@ -184,6 +184,16 @@ int32_t tfx_service_client_call(int64_t id, tfx_service_request* requests, int32
     // The C allocator takes int64: a trampoline, with the C request as its argument.
     if (in.alloc != nullptr) reqs[i].alloc = &CallerAlloc;
     reqs[i].alloc_arg = &requests[i];
+    if (in.scatter_base != nullptr) {
+      if (in.scatter_count < 0 || in.scatter_record_bytes <= 0 || (in.scatter_count > 0 && in.scatter_index == nullptr))
+        return Fail(Status(Code::kInvalidArgument, "tfx_dist service: request " + std::to_string(i) +
+                                                       " has a scatter destination without records"),
+                    err, err_len);
+      reqs[i].scatter_base = static_cast<char*>(in.scatter_base);
+      reqs[i].scatter_index = in.scatter_index;
+      reqs[i].scatter_count = static_cast<size_t>(in.scatter_count);
+      reqs[i].scatter_record_bytes = static_cast<size_t>(in.scatter_record_bytes);
+    }
   }
   Status st = client->Call(reqs.data(), reqs.size(), resps.data());
   for (int32_t i = 0; i < n; ++i) {

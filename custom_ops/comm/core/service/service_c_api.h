@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define TFX_SERVICE_API __attribute__((visibility("default")))
-#define TFX_SERVICE_ABI_VERSION 1
+#define TFX_SERVICE_ABI_VERSION 2
 
 typedef struct {
   double timeout_s;              /* bound on every wait; <= 0: 300 */
@@ -48,6 +48,15 @@ typedef struct {
   int64_t payload_bytes;
   tfx_service_alloc_fn alloc; /* NULL: malloc'ed, free with tfx_service_free */
   void* alloc_arg;
+  /* Optional, instead of alloc (used when scatter_base is not NULL): the reply
+   * is scatter_count records of scatter_record_bytes each, and record k lands
+   * at scatter_base + scatter_index[k] * scatter_record_bytes, straight from
+   * the transport (no reply buffer, no second copy). A reply of another size
+   * fails the request. reply is then scatter_base. */
+  void* scatter_base;
+  const int64_t* scatter_index;
+  int64_t scatter_count;
+  int64_t scatter_record_bytes;
   /* Filled by tfx_service_client_call: */
   int32_t code;               /* the handler's status, or why the round trip failed */
   int64_t reply_bytes;

@@ -168,6 +168,47 @@ void TestRoundTrips(bool shm) {
   serve.join();
 }
 
+// A reply of fixed-size records received straight into their places
+// (Request's scatter): records split across transport slots / socket reads
+// land whole; a reply of the wrong length fails that request only, and the
+// connection stays usable.
+void TestScatterReply(bool shm) {
+  Job job = MakeJob(1, shm);
+  std::thread serve([&] { CHECK_OK(job.server->Serve(BasicHandler)); });
+  const size_t record = 260;  // not a divisor of the shm slot: records straddle slots
+  const size_t count = 3001;
+  std::vector<int64_t> index(count);
+  for (size_t k = 0; k < count; ++k) index[k] = static_cast<int64_t>((k * 7919) % count);  // a permutation
+  const uint64_t bytes = count * record;
+  std::vector<char> out(bytes, 0);
+  Request r{0, kSized, reinterpret_cast<const char*>(&bytes), 8};
+  r.scatter_base = out.data();
+  r.scatter_index = index.data();
+  r.scatter_count = count;
+  r.scatter_record_bytes = record;
+  Response resp;
+  CHECK_OK(job.clients[0]->Call(&r, 1, &resp));
+  CHECK(resp.bytes == bytes && resp.data == out.data());
+  for (size_t k = 0; k < count; ++k)
+    for (size_t b = 0; b < record; b += 37)
+      CHECK(out[index[k] * record + b] == static_cast<char>((k * record + b) * 7));
+  // One record short: that request fails, naming the sizes; the next call works.
+  const uint64_t fewer = bytes - record;
+  Request bad = r;
+  bad.payload = reinterpret_cast<const char*>(&fewer);
+  Response br;
+  Status st = job.clients[0]->Call(&bad, 1, &br);
+  CHECK(st.code() == Code::kInternal);
+  CHECK_CONTAINS(st.message(), "where 3001 records of 260 bytes were expected");
+  Request echo{0, kEcho, "ok", 2};
+  Response er;
+  CHECK_OK(job.clients[0]->Call(&echo, 1, &er));
+  CHECK(er.bytes == 2);
+  std::free(er.data);
+  CHECK_OK(job.clients[0]->Close());
+  serve.join();
+}
+
 void TestHandlerError() {
   Job job = MakeJob(1, false);
   std::thread serve([&] { CHECK_OK(job.server->Serve(BasicHandler)); });
@@ -441,6 +482,8 @@ int main(int argc, char** argv) {
   }
   Run("round_trips_tcp", [] { TestRoundTrips(false); });
   Run("round_trips_shm", [] { TestRoundTrips(true); });
+  Run("scatter_reply_tcp", [] { TestScatterReply(false); });
+  Run("scatter_reply_shm", [] { TestScatterReply(true); });
   Run("handler_error", TestHandlerError);
   Run("parallel_clients_tcp", [] { TestParallelClients(false); });
   Run("parallel_clients_shm", [] { TestParallelClients(true); });
