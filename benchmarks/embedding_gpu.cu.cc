@@ -30,6 +30,7 @@
 #include "custom_ops/embedding/core/optimizers.h"
 #include "custom_ops/embedding/core/table.h"
 #include "custom_ops/embedding/cuda/embedding_kernels.h"
+#include "benchmarks/gpu_timing.h"
 #include "tests/gpu/cuda_check.h"
 
 namespace tfx::embedding {
@@ -37,30 +38,6 @@ namespace {
 
 constexpr int64_t kRows = 1 << 20;
 constexpr int64_t kDim = 64;
-
-// Median milliseconds of `reps` timed runs of fn on the GPU, after warm-up.
-double GpuMs(const std::function<void()>& fn, int reps = 30) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) fn();
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(start));
-    fn();
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 // Median wall milliseconds of `reps` runs of fn on the host, after one warm-up.
 double CpuMs(const std::function<void()>& fn, int reps = 5) {
@@ -73,18 +50,6 @@ double CpuMs(const std::function<void()>& fn, int reps = 5) {
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
-}
-
-double CopyBandwidth() {
-  const int64_t bytes = int64_t{512} << 20;
-  void *a, *b;
-  CHECK_CUDA(cudaMalloc(&a, bytes));
-  CHECK_CUDA(cudaMalloc(&b, bytes));
-  CHECK_CUDA(cudaMemset(a, 1, bytes));
-  const double ms = GpuMs([&] { CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
-  CHECK_CUDA(cudaFree(a));
-  CHECK_CUDA(cudaFree(b));
-  return 2.0 * bytes / (ms * 1e-3);
 }
 
 void Fail(const char* what, const char* error) {
@@ -162,12 +127,12 @@ void Run(const Named& opt, const std::vector<int64_t>& batches, double copy_bw, 
     CHECK_CUDA(cudaMemcpy(d_distinct, distinct.data(), n * sizeof(int64_t), cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d_grads, grads.data(), n * kDim * sizeof(float), cudaMemcpyHostToDevice));
 
-    const double gather_ms = GpuMs([&] { Fail("GatherRowsGpu", GatherRowsGpu(shard, d_lookup, n, d_out, check, nullptr)); });
+    const double gather_ms = tfx_dist::bench::MedianGpuMs([&] { Fail("GatherRowsGpu", GatherRowsGpu(shard, d_lookup, n, d_out, check, nullptr)); });
     std::vector<float> out(n * kDim);
     const double cpu_lookup_ms = CpuMs([&] { Check(cpu->Lookup(lookup.data(), n, out.data())); });
     Row("lookup", opt.name, n, gather_ms, n * (8.0 + 2.0 * kDim * 4), copy_bw, cpu_lookup_ms);
 
-    const double apply_ms = GpuMs(
+    const double apply_ms = tfx_dist::bench::MedianGpuMs(
         [&] { Fail("ApplyGradientsGpu", ApplyGradientsGpu(shard, rule, d_distinct, n, d_grads, check, nullptr)); });
     GpuCheck host;
     Fail("ReadGpuCheck", ReadGpuCheck(check, nullptr, &host));
@@ -192,7 +157,7 @@ int Main() {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
-  const double copy_bw = CopyBandwidth();
+  const double copy_bw = tfx_dist::bench::DeviceCopyBandwidth();
   std::printf("device: %s (sm_%d%d, %d SMs); device-to-device copy %.0f GB/s (read + written); host: %u hardware "
               "threads, the CPU store timed from one\n\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, copy_bw / 1e9,

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "custom_ops/fused_reduce/cc/kernels/fused_reduce.h"
+#include "benchmarks/gpu_timing.h"
 #include "tests/gpu/cuda_check.h"
 
 namespace tfx_dist {
@@ -57,43 +58,6 @@ void LaunchPerTensor(const std::vector<GpuTensor>& tensors, int n, cudaStream_t 
   }
 }
 
-// Median milliseconds of `reps` timed runs of fn, after warm-up.
-double MedianMs(const std::function<void()>& fn, int reps = 30) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) fn();
-  CHECK_CUDA(cudaGetLastError());
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(start));
-    fn();
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-// Device-to-device copy bandwidth, bytes read plus bytes written per second.
-double CopyBandwidth() {
-  const int64_t bytes = 512 * kMiB;
-  void *a, *b;
-  CHECK_CUDA(cudaMalloc(&a, bytes));
-  CHECK_CUDA(cudaMalloc(&b, bytes));
-  CHECK_CUDA(cudaMemset(a, 1, bytes));
-  const double ms = MedianMs([&] { CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
-  CHECK_CUDA(cudaFree(a));
-  CHECK_CUDA(cudaFree(b));
-  return 2.0 * bytes / (ms * 1e-3);
-}
-
 struct Workload {
   std::string name;
   std::vector<int64_t> counts;
@@ -121,9 +85,9 @@ void Run(const Workload& w, int n, ElementType type, const char* dtype, double c
     if (error) { std::fprintf(stderr, "launch failed: %s\n", error); std::exit(2); }
   };
   // tfx is timed before and after the baseline: the two show the spread.
-  const double tfx_first = MedianMs(run_tfx);
-  const double per_tensor = MedianMs([&] { LaunchPerTensor<T>(tensors, n, nullptr); });
-  const double tfx_again = MedianMs(run_tfx);
+  const double tfx_first = bench::MedianGpuMs(run_tfx);
+  const double per_tensor = bench::MedianGpuMs([&] { LaunchPerTensor<T>(tensors, n, nullptr); });
+  const double tfx_again = bench::MedianGpuMs(run_tfx);
   const double tfx = std::min(tfx_first, tfx_again);
   const double moved = static_cast<double>(bytes) * (n + 1);
   const double bound = moved / copy_bw * 1e3;
@@ -145,7 +109,7 @@ int Main() {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
-  const double copy_bw = CopyBandwidth();
+  const double copy_bw = bench::DeviceCopyBandwidth();
   std::printf("device: %s (sm_%d%d, %d SMs); device-to-device copy %.0f GB/s (read + written)\n\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, copy_bw / 1e9);
   std::printf("%s\n\n", kLegend);

@@ -6,13 +6,12 @@ with no strategy (same global batches), and the workers must agree exactly.
 The same script runs with 2 parameter servers in the job (the tables on them).
 """
 
-import json
 import os
 
 import numpy as np
 import pytest
 
-from workers import free_ports, run_workers, start_workers, wait_workers
+from workers import ps_cluster_envs, run_workers, start_workers, wait_workers
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
@@ -94,16 +93,6 @@ def test_checkpoint_of_two_workers_restores_into_one(tmp_path, two_workers):
     np.testing.assert_array_equal(restored.result["user_rows"], saved["user_rows"])
 
 
-def _ps_cluster_envs(num_workers, num_ps):
-    """TF_CONFIG of every task: the workers first, then the parameter servers."""
-    ports = free_ports(num_workers + num_ps)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports[:num_workers]],
-               "ps": [f"127.0.0.1:{p}" for p in ports[num_workers:]]}
-    tasks = [("worker", i) for i in range(num_workers)] + [("ps", i) for i in range(num_ps)]
-    return [{"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": t, "index": i}})}
-            for t, i in tasks]
-
-
 def test_two_workers_and_two_parameter_servers(tmp_path, reference):
     """With ps tasks every table (the small one too) lives on the servers: fit, evaluate, the
     custom loop and predict equal one process, the workers agree exactly, the loss falls, and
@@ -112,7 +101,7 @@ def test_two_workers_and_two_parameter_servers(tmp_path, reference):
     os.makedirs(ckpt)
     procs, _ = start_workers(_script(), 4, str(tmp_path / "job"),
                              extra_env={"MODE": "hybrid", "CKPT": ckpt},
-                             per_rank_env=_ps_cluster_envs(2, 2))
+                             per_rank_env=ps_cluster_envs(2, 2))
     results = wait_workers(procs, 240)
     for r in results:
         assert r.returncode == 0, r.describe()

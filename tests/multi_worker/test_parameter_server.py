@@ -1,12 +1,11 @@
 """tfx_dist.ParameterServerStrategy on real processes: parameter servers and workers."""
 
-import json
 import os
 
 import numpy as np
 import pytest
 
-from workers import free_ports, run_workers, start_workers, wait_workers
+from workers import ps_cluster_envs, run_workers, start_workers, wait_workers
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
@@ -16,21 +15,11 @@ def _script(name):
         return f.read()
 
 
-def _cluster_envs(num_workers, num_ps):
-    """TF_CONFIG of every task: the workers first, then the parameter servers."""
-    ports = free_ports(num_workers + num_ps)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports[:num_workers]],
-               "ps": [f"127.0.0.1:{p}" for p in ports[num_workers:]]}
-    tasks = [("worker", i) for i in range(num_workers)] + [("ps", i) for i in range(num_ps)]
-    return [{"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": t, "index": i}})}
-            for t, i in tasks]
-
-
 def run_ps_job(tmp_path, script, num_workers=2, num_ps=2, env=None, timeout_s=180,
                kill_on_failure=True):
     """Runs every task; returns (worker results, ps results)."""
     procs, _ = start_workers(_script(script), num_workers + num_ps, str(tmp_path), extra_env=env,
-                             per_rank_env=_cluster_envs(num_workers, num_ps))
+                             per_rank_env=ps_cluster_envs(num_workers, num_ps))
     results = wait_workers(procs, timeout_s, kill_on_failure=kill_on_failure)
     return results[:num_workers], results[num_workers:]
 

@@ -61,6 +61,16 @@ def tf_config(addresses: list[str], index: int) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
+def ps_cluster_envs(num_workers: int, num_ps: int) -> list[dict]:
+    """Per-process TF_CONFIG of a cluster with parameter servers: the workers first, then the ps tasks."""
+    ports = free_ports(num_workers + num_ps)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports[:num_workers]],
+               "ps": [f"127.0.0.1:{p}" for p in ports[num_workers:]]}
+    tasks = [("worker", i) for i in range(num_workers)] + [("ps", i) for i in range(num_ps)]
+    return [{"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": t, "index": i}})}
+            for t, i in tasks]
+
+
 def report(value) -> None:
     """Called inside a worker: hands ``value`` (JSON-serializable) back to the test."""
     print(RESULT_PREFIX + json.dumps(value), flush=True)
