@@ -439,18 +439,19 @@ void Runtime::Run(const std::vector<Response>& responses) {
     const bool traced = timeline_.enabled();
     const Clock::time_point start = traced ? Clock::now() : Clock::time_point();
     Status st = executor_(resp, ptrs);
-    const Clock::time_point end = traced ? Clock::now() : Clock::time_point();
-    const std::string error = st.ok() ? "" : st.message();
+    // Recorded before the callers are told, so that a caller that stops the
+    // timeline once its collective returned finds the collective in the file.
+    if (traced) {
+      const auto end = Clock::now();
+      for (const Entry& e : entries)
+        timeline_.Collective(e.meta, e.submitted, start, end, entries.size(), st.ok() ? "" : st.message());
+    }
     if (!st.ok()) st = RootCause(st);
     if (st.code() == Code::kInterrupted) {
       st = Status(st.code(), "tfx_dist rank " + std::to_string(rank_) + ": " + st.message());
       interrupt::Deliver(st.message());  // before done: Python raises once the op returns
     }
     for (Entry& e : entries) e.done(st);
-    // Recorded after the callers were told: the trace's formatting stays off
-    // their latency (e.meta lives on in `entries`).
-    if (traced)
-      for (const Entry& e : entries) timeline_.Collective(e.meta, e.submitted, start, end, entries.size(), error);
     if (!st.ok()) {
       Fail(st);
       return;
