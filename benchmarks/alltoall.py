@@ -144,11 +144,8 @@ def main() -> None:
     args = parser.parse_args()
     result = {"machine": common.machine_info(), "quick": args.quick,
               "runs": {str(n): run(n, SIZES, args.quick) for n in args.nprocs}}
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
     md = markdown(result)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(md)
+    common.write_outputs("alltoall", result, md, args.out)
     print(md)
 
 

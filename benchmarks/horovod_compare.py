@@ -35,6 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import allreduce_multiprocess as ar  # noqa: E402
+import common  # noqa: E402
 
 ROOT = ar.ROOT
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -222,12 +223,8 @@ def main() -> None:
         report["horovod_version"] = report["allreduce"]["versions_horovod"].get("horovod")
     if "fit" not in args.skip:
         report["fit"] = fit(args.horovod_venv, args.fit_rounds, args.epochs, args.timeout)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
     md = markdown(report)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(md)
+    common.write_outputs("horovod_compare", report, md, args.out)
     print(md)
 
 

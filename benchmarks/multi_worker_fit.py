@@ -356,12 +356,8 @@ def main() -> None:
         if r.get("ok"):
             res["machine_versions"] = {"tensorflow": r["tensorflow"], "keras": r["keras"]}
     res["wall_s"] = time.time() - t_start
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
     md = markdown(res)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(md)
+    common.write_outputs("multi_worker_fit", res, md, args.out)
     print(md)
 
 

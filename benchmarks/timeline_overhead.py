@@ -40,6 +40,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import allreduce_multiprocess as ar  # noqa: E402
+import common  # noqa: E402
 
 RESULTS = os.path.join(ar.ROOT, "benchmarks", "results")
 COMPILED_OUT_DIR = os.path.join(ar.ROOT, "build", "ops_timeline_compiled_out")
@@ -260,12 +261,8 @@ def main() -> None:
                                   "results": compiled_out(co_sizes, args.compiled_out_rounds,
                                                           args.compiled_out_repeats, args.timeout)}
     report["load_average_after"] = os.getloadavg()
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
     md = markdown(report)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(md)
+    common.write_outputs("timeline_overhead", report, md, args.out)
     print(md)
 
 

@@ -25,6 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from allreduce_multiprocess import _free_ports  # noqa: E402
+import common  # noqa: E402
 
 MODES = ("none", "integrity", "encrypt")
 # Why the default is what it is (tfx_dist/settings.py), next to the figures it rests on.
@@ -101,12 +102,8 @@ def main() -> None:
     for mode in MODES:
         med = statistics.median(rounds[mode])
         report["modes"][mode] = {"latency_ms": med * 1e3, "algbw_GBps": nbytes / med / 1e9, "rounds_s": rounds[mode]}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
     md = markdown(report)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(md + "\n")
+    common.write_outputs("wire_protection", report, md, args.out)
     print(md)
 
 
