@@ -12,7 +12,7 @@ demo: setup
 	TF_CPP_MIN_LOG_LEVEL=2 $(PYTHON) -m tfx_dist.run -n 2 --timeout 900 $(PYTHON) examples/train_digits_multiworker.py
 
 test: setup
-	$(PYTHON) -m pytest tests -q
+	$(PYTHON) -m pytest tests -q --durations=40
 
 # The collective runtime's own tests, in one process (no TensorFlow): N
 # communicators over socketpairs, every collective x transport x 1..12 ranks,
