@@ -48,9 +48,22 @@ LABELS = {"hybrid": "HybridStrategy", "hybrid_unfused": "HybridStrategy, all-to-
           "hybrid_ps": "HybridStrategy, 2 workers + 2 ps", "baseline": "baseline (MWMS + Embedding)"}
 
 
-def _rss_mib() -> float:
+def _rss_mib(field: str = "VmRSS") -> float:
     with open("/proc/self/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
+        return int(re.search(field + r":\s+(\d+)", f.read()).group(1)) / 1024
+
+
+def _report_server_memory_at_exit() -> None:
+    """On a ps task (which serves inside HybridStrategy() and exits): its resident memory at
+    exit and at its peak (VmHWM), as a SERVER line the driver reads."""
+    import atexit
+
+    def report():
+        rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        print("SERVER " + json.dumps({"rank": rank, "rss_mib": _rss_mib(),
+                                      "peak_rss_mib": _rss_mib("VmHWM")}), flush=True)
+
+    atexit.register(report)
 
 
 def worker(system: str, rows: int, steps: int) -> None:
@@ -67,6 +80,8 @@ def worker(system: str, rows: int, steps: int) -> None:
     y = ((ids[:, :1] + small[:, :1]) % 3 == 0).astype(np.float32)
     rss_before = _rss_mib()
     if system.startswith("hybrid"):
+        if json.loads(os.environ["TF_CONFIG"])["task"]["type"] == "ps":
+            _report_server_memory_at_exit()
         strategy = tfx_dist.HybridStrategy()
 
         def table(size, combiner):
@@ -118,9 +133,17 @@ def run_job(system: str, rows: int, steps: int, timeout: float) -> dict:
                if "RESULT " in line]
     if proc.returncode != 0 or len(results) != 2:
         return {"error": f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-800:]}"}
-    return {"examples_per_s": min(r["examples_per_s"] for r in results),
-            "rss_mib": [round(r["rss_mib"]) for r in sorted(results, key=lambda r: r["rank"])],
-            "table_mib": results[0]["table_mib"]}
+    out = {"examples_per_s": min(r["examples_per_s"] for r in results),
+           "rss_mib": [round(r["rss_mib"]) for r in sorted(results, key=lambda r: r["rank"])],
+           "table_mib": results[0]["table_mib"]}
+    servers = sorted((json.loads(line.split("SERVER ", 1)[1]) for line in proc.stdout.splitlines()
+                      if "SERVER " in line), key=lambda r: r["rank"])
+    if ps:
+        if len(servers) != 2:
+            return {"error": f"{len(servers)} of 2 servers reported memory: "
+                             f"{(proc.stdout + proc.stderr)[-800:]}"}
+        out["server_peak_rss_mib"] = [round(r["peak_rss_mib"]) for r in servers]
+    return out
 
 
 def _cell(r: dict, key: str) -> str:

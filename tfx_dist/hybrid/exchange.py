@@ -15,6 +15,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from tfx_dist import _tf_compat as tfc
+
 
 @dataclasses.dataclass
 class Grouping:
@@ -32,10 +34,20 @@ def group_by_owner(ids, num_workers: int) -> Grouping:
 
 
 def all_to_all(tensor, splits, communicator):
-    """``tfx_dist.comm.ops.all_to_all``: (what the other workers sent me, their splits)."""
+    """``tfx_dist.comm.ops.all_to_all``: (what the other workers sent me, their splits).
+
+    Inside a ``tf.function`` the op is exempt from the program-order chain of
+    stateful ops: the exchanges of different tables (separate layer calls) can
+    then reach the runtime together, which fuses all-to-alls that are ready on
+    every worker in the same negotiation cycle into one exchange. The order
+    does not matter for correctness: the runtime pairs calls by name.
+    """
     from tfx_dist.comm import ops as comm_ops  # imported late: loads the op library
 
-    return comm_ops.all_to_all(tensor, splits, communicator)
+    output, received_splits = comm_ops.all_to_all(tensor, splits, communicator)
+    if not tf.executing_eagerly():
+        tfc.run_independently(output.graph, [output.op])
+    return output, received_splits
 
 
 def send_to_owners(grouping: Grouping, tensors, communicator):
