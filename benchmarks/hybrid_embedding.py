@@ -11,12 +11,14 @@ Adagrad, global batch 1024 of power-law ids:
 * ``hybrid``: `tfx_dist.HybridStrategy`, every table a `ShardedEmbedding`
   sharded over the 2 workers (each holds half the rows, in its embedding
   store); the 4 tables' gradient rows travel in one pair of all-to-alls per
-  step (``TFX_ALLTOALL_FUSION``, the default; the forward exchanges are two
-  per table);
-* ``hybrid_unfused``: the same with ``TFX_ALLTOALL_FUSION=0`` (a pair of
-  gradient all-to-alls per table), to measure what fusing gains;
+  step (``TFX_ALLTOALL_FUSION``, the default), and the runtime fuses the
+  tables' forward exchanges (two per table) that are ready in the same cycle;
+* ``hybrid_unfused``: the same with ``TFX_ALLTOALL_FUSION=0`` (every
+  all-to-all alone: a pair per table forward and backward), to measure what
+  fusing gains;
 * ``hybrid_ps``: the same model under ``tfx-dist-run -n 2 --ps 2``: the tables
-  live on 2 parameter servers instead;
+  live on 2 parameter servers instead (they also report their peak resident
+  memory, VmHWM, when they exit);
 * ``baseline``: `tfx_dist.MultiWorkerMirroredStrategy` with
   `keras.layers.Embedding` (every table and its Adagrad slot whole on every
   worker; Keras's optimizer updates them densely), up to
@@ -214,20 +216,23 @@ def markdown(result: dict) -> str:
              f"a big table of dim {DIM} (float32) fed 5 ids per example and {SMALL_TABLES} tables of "
              f"{SMALL_ROWS:,} rows fed one id each, Adagrad; examples/s of the job (the slower "
              "worker's timing), resident memory of each worker after training (VmRSS, MiB: "
-             "TensorFlow's own ~0.5-1 GB included). Per step the hybrid runs 2 all-to-alls per "
-             "table forward and 2 for all tables backward; unfused (`TFX_ALLTOALL_FUSION=0`): 2 "
-             f"per table backward too (8 + 8 instead of 8 + 2 here). Rerun: `{result['command']}`.", "",
+             "TensorFlow's own ~0.5-1 GB included), and of each parameter server at its peak "
+             "(VmHWM). Per step the hybrid runs 2 all-to-alls per table forward, fused across "
+             "tables by the runtime when ready in the same cycle, and 2 for all tables backward; "
+             "unfused (`TFX_ALLTOALL_FUSION=0`): every all-to-all alone, 2 per table backward "
+             f"too (8 + 8 here, against 2 to 8 + 1 to 2 fused). Rerun: `{result['command']}`.", "",
              "| rows | table MiB | Hybrid ex/s | Hybrid unfused ex/s | fused / unfused | "
              "Hybrid 2w+2ps ex/s | baseline ex/s | Hybrid / baseline | Hybrid RSS per worker | "
-             "2w+2ps RSS per worker | baseline RSS per worker |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "2w+2ps RSS per worker | 2w+2ps peak RSS per server | baseline RSS per worker |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for rows, by_system in result["results"].items():
         h, u, p, b = (by_system.get(s, {}) for s in SYSTEMS)
         mib = h.get("table_mib") or b.get("table_mib") or 0
         lines.append(f"| {int(rows):,} | {mib:,.0f} | {_cell(h, 'examples_per_s')} | "
                      f"{_cell(u, 'examples_per_s')} | {_ratio(h, u)} | {_cell(p, 'examples_per_s')} | "
                      f"{_cell(b, 'examples_per_s')} | {_ratio(h, b)} | {_cell(h, 'rss_mib')} | "
-                     f"{_cell(p, 'rss_mib')} | {_cell(b, 'rss_mib')} |")
+                     f"{_cell(p, 'rss_mib')} | {_cell(p, 'server_peak_rss_mib')} | "
+                     f"{_cell(b, 'rss_mib')} |")
     errors = [f"- {rows} {s}: {r['error']}" for rows, d in result["results"].items()
               for s, r in d.items() if "error" in r]
     lines += [""] + errors if errors else []
