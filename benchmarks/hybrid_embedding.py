@@ -148,6 +148,17 @@ def run_job(system: str, rows: int, steps: int, timeout: float) -> dict:
     return out
 
 
+def _median_run(runs: list) -> dict:
+    """The run of median examples/s (one run: itself), with every run's examples/s beside it."""
+    ok = sorted((r for r in runs if "examples_per_s" in r), key=lambda r: r["examples_per_s"])
+    if not ok:
+        return runs[0]
+    out = dict(ok[(len(ok) - 1) // 2])
+    if len(runs) > 1:
+        out["examples_per_s_runs"] = [round(r.get("examples_per_s", 0)) for r in runs]
+    return out
+
+
 def _cell(r: dict, key: str) -> str:
     if "error" in r:
         return "failed"
@@ -220,7 +231,9 @@ def markdown(result: dict) -> str:
              "(VmHWM). Per step the hybrid runs 2 all-to-alls per table forward, fused across "
              "tables by the runtime when ready in the same cycle, and 2 for all tables backward; "
              "unfused (`TFX_ALLTOALL_FUSION=0`): every all-to-all alone, 2 per table backward "
-             f"too (8 + 8 here, against 2 to 8 + 1 to 2 fused). Rerun: `{result['command']}`.", "",
+             "too (8 + 8 here, against 2 to 8 + 1 to 2 fused). With `--repeat N` the two hybrid "
+             "columns are the median of N alternated runs (every run listed below the table). "
+             f"Rerun: `{result['command']}`.", "",
              "| rows | table MiB | Hybrid ex/s | Hybrid unfused ex/s | fused / unfused | "
              "Hybrid 2w+2ps ex/s | baseline ex/s | Hybrid / baseline | Hybrid RSS per worker | "
              "2w+2ps RSS per worker | 2w+2ps peak RSS per server | baseline RSS per worker |",
@@ -233,6 +246,10 @@ def markdown(result: dict) -> str:
                      f"{_cell(b, 'examples_per_s')} | {_ratio(h, b)} | {_cell(h, 'rss_mib')} | "
                      f"{_cell(p, 'rss_mib')} | {_cell(p, 'server_peak_rss_mib')} | "
                      f"{_cell(b, 'rss_mib')} |")
+    repeats = [f"- {int(rows):,} rows, {LABELS[s]}: {', '.join(f'{v:,}' for v in r['examples_per_s_runs'])} ex/s"
+               for rows, d in result["results"].items() for s, r in d.items()
+               if "examples_per_s_runs" in r]
+    lines += ["", "Every run (ex/s, in run order):", ""] + repeats if repeats else []
     errors = [f"- {rows} {s}: {r['error']}" for rows, d in result["results"].items()
               for s, r in d.items() if "error" in r]
     lines += [""] + errors if errors else []
@@ -253,6 +270,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000,10000000")
     parser.add_argument("--baseline-max-rows", type=int, default=10_000_000)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of hybrid and hybrid_unfused per size, alternated; their "
+                             "median is reported (the fused/unfused ratio is within noise otherwise)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "hybrid_embedding.json"))
@@ -267,9 +287,15 @@ def main() -> None:
     result = {"command": " ".join(["python benchmarks/hybrid_embedding.py"] + shown),
               "steps": steps, "results": {},
         "load_average": [" ".join(open("/proc/loadavg").read().split()[:3])]}
+    systems = args.systems.split(",")
+    repeated = [s for s in systems if s in ("hybrid", "hybrid_unfused")]
     for rows in sizes:
         result["results"][str(rows)] = {}
-        for system in args.systems.split(","):
+        runs = {s: [] for s in systems}
+        # Alternated rounds (fused, unfused, fused, ...): the machine's load drifts.
+        order = [s for _ in range(max(1, args.repeat)) for s in repeated]
+        order += [s for s in systems if s not in repeated]
+        for system in order:
             if system == "baseline" and rows > args.baseline_max_rows:
                 result["results"][str(rows)][system] = {"skipped": True}
                 continue
@@ -277,7 +303,10 @@ def main() -> None:
             r = run_job(system, rows, steps, args.timeout)
             r["wall_s"] = round(time.time() - t0)
             print(rows, system, r, flush=True)
-            result["results"][str(rows)][system] = r
+            runs[system].append(r)
+        for system, rs in runs.items():
+            if rs:
+                result["results"][str(rows)][system] = _median_run(rs)
     result["load_average"].append(" ".join(open("/proc/loadavg").read().split()[:3]))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
