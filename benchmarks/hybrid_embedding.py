@@ -11,12 +11,14 @@ Adagrad, global batch 1024 of power-law ids:
 * ``hybrid``: `tfx_dist.HybridStrategy`, every table a `ShardedEmbedding`
   sharded over the 2 workers (each holds half the rows, in its embedding
   store); the 4 tables' gradient rows travel in one pair of all-to-alls per
-  step (``TFX_ALLTOALL_FUSION``, the default; the forward exchanges are two
-  per table);
-* ``hybrid_unfused``: the same with ``TFX_ALLTOALL_FUSION=0`` (a pair of
-  gradient all-to-alls per table), to measure what fusing gains;
+  step (``TFX_ALLTOALL_FUSION``, the default), and the runtime fuses the
+  tables' forward exchanges (two per table) that are ready in the same cycle;
+* ``hybrid_unfused``: the same with ``TFX_ALLTOALL_FUSION=0`` (every
+  all-to-all alone: a pair per table forward and backward), to measure what
+  fusing gains;
 * ``hybrid_ps``: the same model under ``tfx-dist-run -n 2 --ps 2``: the tables
-  live on 2 parameter servers instead;
+  live on 2 parameter servers instead (they also report their peak resident
+  memory, VmHWM, when they exit);
 * ``baseline``: `tfx_dist.MultiWorkerMirroredStrategy` with
   `keras.layers.Embedding` (every table and its Adagrad slot whole on every
   worker; Keras's optimizer updates them densely), up to
@@ -48,9 +50,22 @@ LABELS = {"hybrid": "HybridStrategy", "hybrid_unfused": "HybridStrategy, all-to-
           "hybrid_ps": "HybridStrategy, 2 workers + 2 ps", "baseline": "baseline (MWMS + Embedding)"}
 
 
-def _rss_mib() -> float:
+def _rss_mib(field: str = "VmRSS") -> float:
     with open("/proc/self/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
+        return int(re.search(field + r":\s+(\d+)", f.read()).group(1)) / 1024
+
+
+def _report_server_memory_at_exit() -> None:
+    """On a ps task (which serves inside HybridStrategy() and exits): its resident memory at
+    exit and at its peak (VmHWM), as a SERVER line the driver reads."""
+    import atexit
+
+    def report():
+        rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        print("SERVER " + json.dumps({"rank": rank, "rss_mib": _rss_mib(),
+                                      "peak_rss_mib": _rss_mib("VmHWM")}), flush=True)
+
+    atexit.register(report)
 
 
 def worker(system: str, rows: int, steps: int) -> None:
@@ -67,6 +82,8 @@ def worker(system: str, rows: int, steps: int) -> None:
     y = ((ids[:, :1] + small[:, :1]) % 3 == 0).astype(np.float32)
     rss_before = _rss_mib()
     if system.startswith("hybrid"):
+        if json.loads(os.environ["TF_CONFIG"])["task"]["type"] == "ps":
+            _report_server_memory_at_exit()
         strategy = tfx_dist.HybridStrategy()
 
         def table(size, combiner):
@@ -118,9 +135,28 @@ def run_job(system: str, rows: int, steps: int, timeout: float) -> dict:
                if "RESULT " in line]
     if proc.returncode != 0 or len(results) != 2:
         return {"error": f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-800:]}"}
-    return {"examples_per_s": min(r["examples_per_s"] for r in results),
-            "rss_mib": [round(r["rss_mib"]) for r in sorted(results, key=lambda r: r["rank"])],
-            "table_mib": results[0]["table_mib"]}
+    out = {"examples_per_s": min(r["examples_per_s"] for r in results),
+           "rss_mib": [round(r["rss_mib"]) for r in sorted(results, key=lambda r: r["rank"])],
+           "table_mib": results[0]["table_mib"]}
+    servers = sorted((json.loads(line.split("SERVER ", 1)[1]) for line in proc.stdout.splitlines()
+                      if "SERVER " in line), key=lambda r: r["rank"])
+    if ps:
+        if len(servers) != 2:
+            return {"error": f"{len(servers)} of 2 servers reported memory: "
+                             f"{(proc.stdout + proc.stderr)[-800:]}"}
+        out["server_peak_rss_mib"] = [round(r["peak_rss_mib"]) for r in servers]
+    return out
+
+
+def _median_run(runs: list) -> dict:
+    """The run of median examples/s (one run: itself), with every run's examples/s beside it."""
+    ok = sorted((r for r in runs if "examples_per_s" in r), key=lambda r: r["examples_per_s"])
+    if not ok:
+        return runs[0]
+    out = dict(ok[(len(ok) - 1) // 2])
+    if len(runs) > 1:
+        out["examples_per_s_runs"] = [round(r.get("examples_per_s", 0)) for r in runs]
+    return out
 
 
 def _cell(r: dict, key: str) -> str:
@@ -191,20 +227,29 @@ def markdown(result: dict) -> str:
              f"a big table of dim {DIM} (float32) fed 5 ids per example and {SMALL_TABLES} tables of "
              f"{SMALL_ROWS:,} rows fed one id each, Adagrad; examples/s of the job (the slower "
              "worker's timing), resident memory of each worker after training (VmRSS, MiB: "
-             "TensorFlow's own ~0.5-1 GB included). Per step the hybrid runs 2 all-to-alls per "
-             "table forward and 2 for all tables backward; unfused (`TFX_ALLTOALL_FUSION=0`): 2 "
-             f"per table backward too (8 + 8 instead of 8 + 2 here). Rerun: `{result['command']}`.", "",
+             "TensorFlow's own ~0.5-1 GB included), and of each parameter server at its peak "
+             "(VmHWM). Per step the hybrid runs 2 all-to-alls per table forward, fused across "
+             "tables by the runtime when ready in the same cycle, and 2 for all tables backward; "
+             "unfused (`TFX_ALLTOALL_FUSION=0`): every all-to-all alone, 2 per table backward "
+             "too (8 + 8 here, against 2 to 8 + 1 to 2 fused). With `--repeat N` the two hybrid "
+             "columns are the median of N alternated runs (every run listed below the table). "
+             f"Rerun: `{result['command']}`.", "",
              "| rows | table MiB | Hybrid ex/s | Hybrid unfused ex/s | fused / unfused | "
              "Hybrid 2w+2ps ex/s | baseline ex/s | Hybrid / baseline | Hybrid RSS per worker | "
-             "2w+2ps RSS per worker | baseline RSS per worker |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "2w+2ps RSS per worker | 2w+2ps peak RSS per server | baseline RSS per worker |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for rows, by_system in result["results"].items():
         h, u, p, b = (by_system.get(s, {}) for s in SYSTEMS)
         mib = h.get("table_mib") or b.get("table_mib") or 0
         lines.append(f"| {int(rows):,} | {mib:,.0f} | {_cell(h, 'examples_per_s')} | "
                      f"{_cell(u, 'examples_per_s')} | {_ratio(h, u)} | {_cell(p, 'examples_per_s')} | "
                      f"{_cell(b, 'examples_per_s')} | {_ratio(h, b)} | {_cell(h, 'rss_mib')} | "
-                     f"{_cell(p, 'rss_mib')} | {_cell(b, 'rss_mib')} |")
+                     f"{_cell(p, 'rss_mib')} | {_cell(p, 'server_peak_rss_mib')} | "
+                     f"{_cell(b, 'rss_mib')} |")
+    repeats = [f"- {int(rows):,} rows, {LABELS[s]}: {', '.join(f'{v:,}' for v in r['examples_per_s_runs'])} ex/s"
+               for rows, d in result["results"].items() for s, r in d.items()
+               if "examples_per_s_runs" in r]
+    lines += ["", "Every run (ex/s, in run order):", ""] + repeats if repeats else []
     errors = [f"- {rows} {s}: {r['error']}" for rows, d in result["results"].items()
               for s, r in d.items() if "error" in r]
     lines += [""] + errors if errors else []
@@ -225,6 +270,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000,10000000")
     parser.add_argument("--baseline-max-rows", type=int, default=10_000_000)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of hybrid and hybrid_unfused per size, alternated; their "
+                             "median is reported (the fused/unfused ratio is within noise otherwise)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "hybrid_embedding.json"))
@@ -239,9 +287,15 @@ def main() -> None:
     result = {"command": " ".join(["python benchmarks/hybrid_embedding.py"] + shown),
               "steps": steps, "results": {},
         "load_average": [" ".join(open("/proc/loadavg").read().split()[:3])]}
+    systems = args.systems.split(",")
+    repeated = [s for s in systems if s in ("hybrid", "hybrid_unfused")]
     for rows in sizes:
         result["results"][str(rows)] = {}
-        for system in args.systems.split(","):
+        runs = {s: [] for s in systems}
+        # Alternated rounds (fused, unfused, fused, ...): the machine's load drifts.
+        order = [s for _ in range(max(1, args.repeat)) for s in repeated]
+        order += [s for s in systems if s not in repeated]
+        for system in order:
             if system == "baseline" and rows > args.baseline_max_rows:
                 result["results"][str(rows)][system] = {"skipped": True}
                 continue
@@ -249,7 +303,10 @@ def main() -> None:
             r = run_job(system, rows, steps, args.timeout)
             r["wall_s"] = round(time.time() - t0)
             print(rows, system, r, flush=True)
-            result["results"][str(rows)][system] = r
+            runs[system].append(r)
+        for system, rs in runs.items():
+            if rs:
+                result["results"][str(rows)][system] = _median_run(rs)
     result["load_average"].append(" ".join(open("/proc/loadavg").read().split()[:3]))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -81,9 +81,9 @@ class HybridExtended(MultiWorkerMirroredExtended):
             table.set_optimizer(optimizer)
         # Stateful ops: the step's function runs them (automatic control dependencies).
         if len(tables) > 1 and self._transport.size > 1 and settings.get("TFX_ALLTOALL_FUSION"):
-            # Every table's rows in one all-to-all (TensorFlow runs the
-            # collectives of a function one after the other: the runtime
-            # could not fuse separate ones).
+            # Every table's rows in one all-to-all, whatever the timing (the
+            # runtime fuses separate ones only when they happen to be ready
+            # in the same negotiation cycle).
             apply_together(tables, learning_rate, step, self._transport.communicator)
         else:
             for table, grad in tables:

@@ -161,9 +161,9 @@ SETTINGS = {
                 deprecated=("TFX_FUSION_THRESHOLD_BYTES",)),
         Setting("TFX_ALLTOALL_FUSION", True, _Bool(),
                 "All-to-alls ready in the same negotiation cycle share one exchange, within "
-                "TFX_COMM_FUSION_BYTES; and HybridStrategy sends the gradient rows of all its "
-                "sharded tables in one all-to-all (ids, one for rows) per step. 0: one "
-                "exchange per tensor and per table."),
+                "TFX_COMM_FUSION_BYTES (HybridStrategy's tables' forward exchanges among them); "
+                "and HybridStrategy sends the gradient rows of all its sharded tables in one "
+                "all-to-all (ids, one for rows) per step. 0: one exchange per tensor and per table."),
         Setting("TFX_CYCLE_TIME_MS", 0.0, _Number(float, 0, 60_000),
                 "Minimum time between two negotiation cycles of the cross-process "
                 "runtime; larger values fuse more requests at the cost of latency."),

@@ -76,9 +76,18 @@ def test_two_workers_agree_and_equal_one_process(two_workers, reference):
     assert 0 < a["stored_rows"] and 0 < b["stored_rows"]
     # Collectives other than all-reduces per custom step: 2 sharded tables x
     # (ids, rows) forward, then the gradient ids and rows of both tables in
-    # one all-to-all each, and 2 more of the step itself. With
-    # TFX_ALLTOALL_FUSION=0 (one pair per table backward) it was 10 per step.
-    assert a["alltoall_exchanges"] == b["alltoall_exchanges"] == 8 * a["custom_steps"]
+    # one all-to-all each, and 2 more of the step itself: 8 if nothing fused
+    # in the runtime (10 with TFX_ALLTOALL_FUSION=0). The all-to-alls are free
+    # of tf.function's chain of stateful ops, so the runtime fuses those ready
+    # in the same negotiation cycle: the two tables' ids, their rows, and the
+    # backward's ids with its rows, down to 5 per step (3 all-to-alls). Which
+    # fuse depends on timing, but the coordinator decides for both workers.
+    steps = a["custom_steps"]
+    assert a["alltoall_exchanges"] == b["alltoall_exchanges"]
+    assert 5 * steps <= a["alltoall_exchanges"] <= 8 * steps, (a["alltoall_exchanges"], steps)
+    # What makes the fusion possible, deterministic: every all-to-all of the
+    # step's graph (4 forward, 2 backward) is out of the chain.
+    assert a["alltoall_ops"] == [6, 6]
 
 
 def test_checkpoint_of_two_workers_restores_into_one(tmp_path, two_workers):

@@ -7,6 +7,8 @@ by owner (a stable sort, so the grouping is the same for ids and for the rows
 that go with them), sends each group to its owner, and undoes the grouping on
 what comes back. The gradient rows of all sharded tables of a step travel
 together (`send_tables_to_owners`): two all-to-alls per step, not two per table.
+The forward exchanges stay per table, but are free of tf.function's chain of
+stateful ops (`all_to_all`), so the runtime fuses those ready together.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 
 import tensorflow as tf
+
+from tfx_dist import _tf_compat as tfc
 
 
 @dataclasses.dataclass
@@ -32,10 +36,20 @@ def group_by_owner(ids, num_workers: int) -> Grouping:
 
 
 def all_to_all(tensor, splits, communicator):
-    """``tfx_dist.comm.ops.all_to_all``: (what the other workers sent me, their splits)."""
+    """``tfx_dist.comm.ops.all_to_all``: (what the other workers sent me, their splits).
+
+    Inside a ``tf.function`` the op is exempt from the program-order chain of
+    stateful ops: the exchanges of different tables (separate layer calls) can
+    then reach the runtime together, which fuses all-to-alls that are ready on
+    every worker in the same negotiation cycle into one exchange. The order
+    does not matter for correctness: the runtime pairs calls by name.
+    """
     from tfx_dist.comm import ops as comm_ops  # imported late: loads the op library
 
-    return comm_ops.all_to_all(tensor, splits, communicator)
+    output, received_splits = comm_ops.all_to_all(tensor, splits, communicator)
+    if not tf.executing_eagerly():
+        tfc.run_independently(output.graph, [output.op])
+    return output, received_splits
 
 
 def send_to_owners(grouping: Grouping, tensors, communicator):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 
 import tensorflow as tf
 
@@ -72,6 +73,7 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         self._communicator = communicator
         self._is_chief = is_chief
         self._optimizer = None  # the store rule the shard's slots belong to
+        self._last_store_op = weakref.WeakKeyDictionary()  # graph -> this shard's last store op
         try:
             initializer = store.initializer_from_keras(layer.embeddings_initializer)
         except ValueError as e:
@@ -97,8 +99,29 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
                 message=f"ShardedEmbedding '{self.name}': ids must be < input_dim ({self.input_dim})"),
         ]
 
+    def _in_table_order(self, build):
+        """Builds a store op (a lookup or an apply of this shard) after this table's previous
+        one in the same graph, and takes it out of tf.function's single chain of stateful ops.
+
+        That chain would order every table's store ops one after the other,
+        and with them the tables' all-to-alls: a lookup of one table then waits
+        for the other's exchange, and their exchanges never reach the runtime
+        together to be fused. Ops on one shard keep their program order.
+        """
+        if tf.executing_eagerly():
+            return build()
+        graph = tf.compat.v1.get_default_graph()
+        last = self._last_store_op.get(graph)
+        with tf.control_dependencies([last] if last is not None else []):
+            out = build()
+        op = getattr(out, "op", out)
+        self._last_store_op[graph] = op
+        tfc.run_independently(graph, [op])
+        return out
+
     def _local_lookup(self, ids):
-        return _ops_lib().tfx_store_lookup(ids, handle=self.shard.handle, dim=self.dim)
+        return self._in_table_order(
+            lambda: _ops_lib().tfx_store_lookup(ids, handle=self.shard.handle, dim=self.dim))
 
     def _rows(self, ids):
         # Checked here, before any exchange: a bad id must fail on the worker
@@ -144,8 +167,9 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
 
     def apply_owned(self, ids, grads, learning_rate, step):
         """The op that applies gradient rows of ids this worker owns (from every worker)."""
-        return _ops_lib().tfx_store_apply(ids, grads, tf.cast(learning_rate, tf.float32),
-                                          tf.cast(step, tf.int64), handle=self.shard.handle)
+        return self._in_table_order(lambda: _ops_lib().tfx_store_apply(
+            ids, grads, tf.cast(learning_rate, tf.float32), tf.cast(step, tf.int64),
+            handle=self.shard.handle))
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -114,6 +114,17 @@ if communicator is not None:
     exchanges = ((after["collectives"] - after["allreduce_buckets"])
                  - (before["collectives"] - before["allreduce_buckets"]))
 
+
+
+def alltoall_ops(function):
+    """(all-to-all ops, those exempt from tf.function's chain of stateful ops) of its graphs:
+    exempt ones may reach the runtime together and be fused."""
+    ops = [op for f in function._list_all_concrete_functions()  # pylint: disable=protected-access
+           for op in f.graph.get_operations() if op.type == "TfxAllToAll"]
+    free = [op for op in ops if op.node_def.attr["_independent_side_effects"].b]
+    return len(ops), len(free)
+
+
 if CKPT:
     from tfx_dist.checkpointing import write_filepath
 
@@ -125,6 +136,7 @@ report({"loss": history.history["loss"], "val_loss": history.history["val_loss"]
         "rows": item_table(every_id).numpy().tolist(),
         "user_rows": user_table(every_user).numpy().tolist(),
         "custom_steps": len(custom_losses), "alltoall_exchanges": exchanges,
+        "alltoall_ops": alltoall_ops(custom_step),
         "colors": color_table(np.arange(COLORS)[:, None]).numpy().tolist(),
         "dense": [np.asarray(w).tolist() for layer in model.layers[-2:] for w in layer.get_weights()],
         "predictions": model.predict(x, batch_size=GLOBAL_BATCH, verbose=0).tolist(),
