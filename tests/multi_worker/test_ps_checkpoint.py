@@ -110,7 +110,6 @@ def test_dynamic_table_trained_by_adam_restores_into_one_server(tmp_path):
         _same_training(result, w)
 
 
-
 def test_keras_callbacks_resume_and_load_model_in_a_new_job(tmp_path, saved):
     """BackupAndRestore and ModelCheckpoint with a server table: the save job's first epoch ran
     as a fit stopped by an error after it. A new job loads ModelCheckpoint's .keras with
