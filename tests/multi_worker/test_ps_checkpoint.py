@@ -108,3 +108,24 @@ def test_dynamic_table_trained_by_adam_restores_into_one_server(tmp_path):
     ckpt, result = _save(tmp_path, **env)
     for w in _restore(tmp_path, ckpt, num_ps=1, **env):
         _same_training(result, w)
+
+
+def test_keras_callbacks_resume_and_load_model_in_a_new_job(tmp_path, saved):
+    """BackupAndRestore and ModelCheckpoint with a server table: the save job's first epoch ran
+    as a fit stopped by an error after it. A new job loads ModelCheckpoint's .keras with
+    load_model (the same rows and dense weights), trains one epoch away from the backup, then
+    fit with BackupAndRestore restores the backup (rows and the servers' slots) and trains the
+    last epoch only, to the rows the save job reached training on uninterrupted."""
+    ckpt, result = saved
+    assert result["interrupted"] == "interrupted after epoch 1", result["interrupted"]
+    for files in (result["backup_files"], result["mc_files"]):
+        shards = sorted(f.rsplit(".shard-", 1)[1] for f in files if ".shard-" in f)
+        assert shards == ["0-of-2", "1-of-2"], files  # the chief's save only, beside its file
+    workers, servers = run_ps_job(tmp_path / "resume", "ps_checkpoint.py",
+                                  env={"PHASE": "resume", "CKPT": ckpt})
+    _ok(workers + servers)
+    for w in (w.result for w in workers):
+        assert w["rows_moved"] != w["rows_saved"]
+        np.testing.assert_allclose(w["rows_at_resume"], result["rows_saved"], rtol=0, atol=0)
+        assert len(w["resumed_losses"]) == 1, w["resumed_losses"]  # epoch 1 was restored
+        _same_training(result, w)

@@ -21,6 +21,8 @@ _COMBINERS = (None, "sum", "mean", "sqrtn")
 _PLACEMENTS = (None, "sharded", "replicated")
 
 
+# Registered so that keras.models.load_model finds the class by the name a .keras file records.
+@keras.saving.register_keras_serializable(package="tfx_dist")
 class ShardedEmbedding(keras.layers.Layer):
     """Maps integer ids to dense vectors, from a table that may be sharded.
 

@@ -14,6 +14,14 @@ saves with Keras's save_weights and model.save (CKPT + "_keras/w<rank>.weights.h
 restore: builds the same model, restores CKPT, reports the rows, trains the
 same one more epoch, reports the rows. Any number of servers. KERAS=1: loads a
 copy of the chief's .weights.h5 (and its shard files) with load_weights instead.
+
+save also checks Keras's callbacks: its first EPOCHS epochs run as fit(EPOCHS + 1)
+with BackupAndRestore (CKPT + "_backup") and ModelCheckpoint (CKPT + "_mc/model.keras"),
+stopped by an error at the end of epoch EPOCHS, after both saved (a preemption).
+resume (a new job, 2 servers): keras.models.load_model of a copy of the
+ModelCheckpoint file, reports the rows; trains one epoch away from the backup
+(rows, the servers' slots and Keras's weights move), then fit(EPOCHS + 1) with
+BackupAndRestore, which must restore the backup and train the last epoch only.
 """
 import os
 import shutil
@@ -41,7 +49,10 @@ every_id = np.unique(ids)[:, None].repeat(3, axis=1)
 
 strategy = tfx_dist.ParameterServerStrategy()
 KERAS_COPY = os.path.join(os.environ["WORKDIR"], f"keras_copy_{rank()}")
-with strategy.scope():
+BACKUP_DIR, MC_DIR = CKPT + "_backup", CKPT + "_mc"
+
+
+def build_model():
     inputs = keras.Input((3,), dtype="int64")
     table = tfx_dist.layers.ShardedEmbedding(None if DYNAMIC else ROWS, 4, combiner="mean",
                                              embeddings_initializer="uniform", name="items")
@@ -51,6 +62,17 @@ with strategy.scope():
     optimizer = getattr(keras.optimizers, os.environ.get("OPTIMIZER", "Adagrad"))(0.5)
     model.compile(optimizer, "binary_crossentropy")
     optimizer.build(model.trainable_variables)
+    return model, table, optimizer
+
+
+with strategy.scope():
+    if PHASE == "resume":  # the model, its rows and its optimizer from ModelCheckpoint's file
+        mc_copy = os.path.join(os.environ["WORKDIR"], f"mc_copy_{rank()}")
+        shutil.copytree(MC_DIR, mc_copy)
+        model = keras.models.load_model(os.path.join(mc_copy, "model.keras"))
+        table, optimizer = model.get_layer("items"), model.optimizer
+    else:
+        model, table, optimizer = build_model()
 checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
 
 
@@ -58,14 +80,54 @@ def rows():
     return table(every_id).numpy().tolist()  # the mean of three copies of a row: the row
 
 
-def fit(epochs):
+def fit(epochs, callbacks=()):
     return model.fit(ids, labels, batch_size=GLOBAL_BATCH, epochs=epochs, shuffle=False,
-                     verbose=0).history["loss"]
+                     verbose=0, callbacks=list(callbacks)).history["loss"]
+
+
+class StopAfterEpoch(keras.callbacks.Callback):
+    """A preemption: an error once the epoch's saves are done (listed after the savers)."""
+
+    def __init__(self, last):
+        super().__init__()
+        self.last = last
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.last:
+            raise RuntimeError(f"interrupted after epoch {self.last}")
+
+
+class RowsAtTrainBegin(keras.callbacks.Callback):
+    """The rows once BackupAndRestore (listed before) has restored the backup."""
+
+    def on_train_begin(self, logs=None):
+        result["rows_at_resume"] = rows()
 
 
 result = {}
-if PHASE == "save":
-    fit(int(os.environ.get("EPOCHS", "1")))
+EPOCHS = int(os.environ.get("EPOCHS", "1"))
+
+
+def fit_until_interrupted():
+    """The first EPOCHS epochs, saved by Keras's callbacks on the way; returns the error."""
+    try:
+        fit(EPOCHS + 1, [keras.callbacks.BackupAndRestore(BACKUP_DIR, delete_checkpoint=False),
+                         keras.callbacks.ModelCheckpoint(os.path.join(MC_DIR, "model.keras")),
+                         StopAfterEpoch(EPOCHS)])
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+if PHASE == "resume":
+    result["rows_saved"] = rows()
+    result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
+    fit(1)  # away from the backup: rows, the servers' slots and Keras's weights all move
+    result["rows_moved"] = rows()
+elif PHASE == "save":
+    result["interrupted"] = fit_until_interrupted()
+    result["backup_files"] = sorted(os.listdir(BACKUP_DIR))
+    result["mc_files"] = sorted(os.listdir(MC_DIR))
     path = checkpointing.write_dirpath(CKPT, strategy)
     manager = tf.train.CheckpointManager(checkpoint, path, max_to_keep=1)
     result["first_saved"] = manager.save()
@@ -112,7 +174,10 @@ else:
         checkpoint.restore(latest).assert_existing_objects_matched()
     result["rows_saved"] = rows()
     result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
-fit(1)
+if PHASE == "resume":  # restores the backup, then trains the third epoch only
+    result["resumed_losses"] = fit(EPOCHS + 1, [keras.callbacks.BackupAndRestore(BACKUP_DIR), RowsAtTrainBegin()])
+else:
+    fit(1)
 result["rows_continued"] = rows()
 result["dense_continued"] = [w.tolist() for w in model.layers[-1].get_weights()]
 report(result)
