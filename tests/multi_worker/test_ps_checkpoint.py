@@ -108,3 +108,14 @@ def test_dynamic_table_trained_by_adam_restores_into_one_server(tmp_path):
     ckpt, result = _save(tmp_path, **env)
     for w in _restore(tmp_path, ckpt, num_ps=1, **env):
         _same_training(result, w)
+
+
+def test_dense_variables_on_servers_round_trip(tmp_path):
+    """dense_variables="servers" (SGD: no slots): a tf.train.Checkpoint restored into 1 server and
+    a Keras .weights.h5 loaded into 3, each after a first epoch of training, put the saved dense
+    weights back on the servers: training on reaches the save job's rows and weights."""
+    env = {"DENSE": "servers", "OPTIMIZER": "SGD", "TRAIN_FIRST": "1"}
+    ckpt, result = _save(tmp_path, **env)
+    for num_ps, extra in ((1, {}), (3, {"KERAS": "1"})):
+        for w in _restore(tmp_path, ckpt, num_ps=num_ps, **env, **extra):
+            _same_training(result, w)

@@ -14,6 +14,9 @@ saves with Keras's save_weights and model.save (CKPT + "_keras/w<rank>.weights.h
 restore: builds the same model, restores CKPT, reports the rows, trains the
 same one more epoch, reports the rows. Any number of servers. KERAS=1: loads a
 copy of the chief's .weights.h5 (and its shard files) with load_weights instead.
+DENSE=servers: the dense variables live on the servers; TRAIN_FIRST=1 (restore
+phase): train one epoch before restoring, so the restore must overwrite dense
+weights the servers already hold.
 """
 import os
 import shutil
@@ -39,7 +42,7 @@ if DYNAMIC:
     ids = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
 every_id = np.unique(ids)[:, None].repeat(3, axis=1)
 
-strategy = tfx_dist.ParameterServerStrategy()
+strategy = tfx_dist.ParameterServerStrategy(dense_variables=os.environ.get("DENSE", "workers"))
 KERAS_COPY = os.path.join(os.environ["WORKDIR"], f"keras_copy_{rank()}")
 with strategy.scope():
     inputs = keras.Input((3,), dtype="int64")
@@ -81,6 +84,8 @@ if PHASE == "save":
     result["keras_files"] = sorted(os.listdir(KERAS_DIR))
 else:
     latest = tf.train.latest_checkpoint(CKPT)
+    if os.environ.get("TRAIN_FIRST") == "1":
+        fit(1)
     if os.environ.get("BAD_FILES") == "1":
         result["rows_before"] = rows()
         for damage in ("missing", "corrupt"):
@@ -110,6 +115,7 @@ else:
         strategy.extended.barrier()  # both loads done before either worker reads or trains
     else:
         checkpoint.restore(latest).assert_existing_objects_matched()
+        strategy.extended.barrier()  # both restores done before either worker trains
     result["rows_saved"] = rows()
     result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
 fit(1)
