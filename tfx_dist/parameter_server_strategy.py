@@ -61,6 +61,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         self.dense_placement = dense_placement
         self._dense: dict[int, dense_variables_lib.DenseTable] = {}  # id(variable) -> its table
         self._dense_layout = dense_variables_lib.Placement(len(servers))
+        self._dense_step = None  # the dense pushes and tables of the step being collected
         self._step = threading.local()  # the pushes of the step being traced
         self._closed = False
         atexit.register(self.close_parameter_servers)
@@ -98,8 +99,9 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
 
     def _push_dense_gradients(self, optimizer, grads, variables, learning_rate):
         """Pushes the dense gradients to the servers; Keras's optimizer gets none of them."""
-        pushes = getattr(self._step, "pushes", None)
-        if pushes is None:
+        # Not thread-local: Strategy.run may call the replica function in its own thread.
+        step = self._dense_step
+        if step is None:
             raise RuntimeError(
                 "ParameterServerStrategy(dense_variables='servers'): apply gradients inside "
                 "strategy.run (as Keras's fit does), so the step's dense weights can be pulled "
@@ -107,22 +109,26 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         for grad, variable in zip(grads, variables):
             if grad is None:
                 continue
-            table = self.dense_table(variable)
-            table.set_optimizer(optimizer)
-            pushes.append(table.push(grad, learning_rate))
-            self._step.dense[id(variable)] = table
+            table = self.dense_table(variable, optimizer)
+            step["pushes"].append(table.push(grad, learning_rate))
+            step["tables"][id(variable)] = table
         return [], []
 
-    def dense_table(self, variable) -> dense_variables_lib.DenseTable:
+    def dense_table(self, variable, optimizer) -> dense_variables_lib.DenseTable:
         """The servers' table of ``variable``, created (with its current value) on first use."""
         table = self._dense.get(id(variable))
         if table is None:
             with tf.init_scope():  # values are read and sent eagerly, once
                 table = dense_variables_lib.DenseTable(variable, self._ps_client, next(self._table_ids),
-                                                   self._dense_layout)
+                                                       self._dense_layout)
+                # The rule first (another worker may have set it already): the
+                # uploaded file's slots must match the servers' table.
+                table.set_optimizer(optimizer)
                 table.upload(variable.numpy())
                 dense_variables_lib.upload_on_eager_assign(variable, table)
             self._dense[id(variable)] = table
+        else:
+            table.set_optimizer(optimizer)
         return table
 
     def dense_tables(self) -> list[dense_variables_lib.DenseTable]:
@@ -131,7 +137,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
 
     def refresh_dense_variables(self, after):
         """Ops that pull this step's dense variables into the workers' caches, after ``after``."""
-        tables = list(getattr(self._step, "dense", {}).values())
+        tables = list(self._dense_step["tables"].values()) if self._dense_step else []
         updates = []
         with tf.control_dependencies([after] if after is not None else []):
             for table in tables:
@@ -143,11 +149,18 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
     @contextlib.contextmanager
     def collecting_pushes(self):
         self._step.pushes = pushes = []
-        self._step.dense = {}
+        self._dense_step = {"pushes": [], "tables": {}}
         try:
             yield pushes
         finally:
             self._step.pushes = None
+
+    def dense_pushes(self) -> list:
+        """The push ops of the dense variables in the step being collected."""
+        return list(self._dense_step["pushes"]) if self._dense_step else []
+
+    def end_dense_step(self) -> None:
+        self._dense_step = None
 
     def step_done(self, after=()):
         """The op that ends this worker's step on the servers (if it pushed anything)."""
@@ -228,6 +241,9 @@ def run_step_on_servers(extended: ParameterServerExtended, run):
     with extended.collecting_pushes() as pushes:
         result = run()
     outputs = [t for t in tf.nest.flatten(result, expand_composites=True) if isinstance(t, tf.Tensor)]
-    done = extended.step_done(after=pushes + outputs)
-    extended.refresh_dense_variables(after=done)
+    try:
+        done = extended.step_done(after=pushes + extended.dense_pushes() + outputs)
+        extended.refresh_dense_variables(after=done)
+    finally:
+        extended.end_dense_step()
     return result
