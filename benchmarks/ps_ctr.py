@@ -13,6 +13,9 @@ Systems, one after the other in one run (their processes never overlap):
 
 * **tfx_dist PS**: `tfx_dist.ParameterServerStrategy`, 2 ps + 2 workers, the
   table a `ShardedEmbedding` on the servers, Keras ``fit``.
+* **tfx_dist PS, dense variables on the servers**: the same with
+  ``dense_variables="servers"``: the two Dense layers' weights live on the
+  servers too; each step pushes their gradient and pulls them back.
 * **TF PS custom loop**: TensorFlow's `tf.distribute.ParameterServerStrategy`
   (chief + 2 workers + 2 ps, `tf.distribute.Server` processes), the table a
   `ShardedVariable` from a ``variable_partitioner`` (2 shards), a
@@ -128,9 +131,10 @@ def _fit_task(args, strategy, make_embedding) -> None:
                                    "peak_rss": _peak_rss_bytes()}), flush=True)
 
 
-def tfx_ps_task(args) -> None:
+def tfx_ps_task(args, dense_variables="workers") -> None:
     import tfx_dist
-    strategy = tfx_dist.ParameterServerStrategy()  # a ps task serves here, then exits
+    # A ps task serves here, then exits.
+    strategy = tfx_dist.ParameterServerStrategy(dense_variables=dense_variables)
     _fit_task(args, strategy, lambda: tfx_dist.layers.ShardedEmbedding(args.rows, DIM, name="table"))
 
 
@@ -268,7 +272,7 @@ def _run_job(args, rows, worker_role, server_role=None, chief_role=None) -> list
     try:
         results = []
         for what, proc in reporters:
-            if what.startswith("tfx-ps ps"):  # servers report nothing; they must exit 0
+            if what.startswith("tfx-ps") and " ps " in what:  # servers report nothing; they must exit 0
                 proc.wait(timeout=args.timeout)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{what} exited {proc.returncode}: {proc.stdout.read()[-2000:]}")
@@ -303,7 +307,7 @@ def main() -> None:
     if args.role:
         rows = args.rows[0]
         args.rows = rows
-        {"tfx-ps": tfx_ps_task, "mwms": mwms_task, "tf-server": tf_server_task,
+        {"tfx-ps": tfx_ps_task, "tfx-ps-dense": lambda a: tfx_ps_task(a, "servers"), "mwms": mwms_task, "tf-server": tf_server_task,
          "tf-chief": tf_chief_task}[args.role](args)
         return
     if args.quick:
@@ -314,6 +318,8 @@ def main() -> None:
         memory[rows] = {"rss": max(r["rss"] for r in res), "peak_rss": max(r["peak_rss"] for r in res)}
         if rows == args.baselines_at:
             systems["tfx_dist PS (Keras fit)"] = _rate(res)
+    systems["tfx_dist PS, dense variables on the servers (Keras fit)"] = _rate(
+        _run_job(args, args.baselines_at, "tfx-ps-dense", server_role="tfx-ps-dense"))
     for name, kw in (("TF PS custom loop (ClusterCoordinator)",
                       dict(worker_role="tf-server", server_role="tf-server", chief_role="tf-chief")),
                      ("dense keras Embedding, tfx_dist MWMS (Keras fit)", dict(worker_role="mwms"))):
@@ -327,10 +333,11 @@ def main() -> None:
     ratio = ours / max(baselines) if baselines else None
     small, large = min(memory), max(memory)
     growth = memory[large]["rss"] / memory[small]["rss"]
+    dense_on_servers = systems["tfx_dist PS, dense variables on the servers (Keras fit)"] / ours
     report = {"machine": common.machine_info(), "rows": args.rows, "baselines_at": args.baselines_at,
               "steps": args.steps, "warmup": args.warmup, "examples_per_s": systems,
               "ratio_vs_best_baseline": ratio, "target": TARGET, "worker_memory": memory,
-              "rss_growth": growth}
+              "rss_growth": growth, "dense_on_servers_vs_workers": dense_on_servers}
     rate_rows = [[k, f"{v:,.0f}" if v else "failed",
                   f"{ours / v:.2f}x" if v and not k.startswith("tfx_dist PS") else ""]
                  for k, v in systems.items()]
@@ -350,6 +357,9 @@ def main() -> None:
         common.table(["system", "examples/s", "tfx_dist PS / it"], rate_rows),
         "",
         NOTE,
+        "",
+        f"Dense variables on the servers vs on the workers (all-reduced, the default): "
+        f"x{dense_on_servers:.2f} the examples/s.",
         "",
         (f"tfx_dist PS vs the best baseline: **{ratio:.2f}x**; target >= {TARGET:.0f}x: "
          f"{common.met(ratio >= TARGET)}." if ratio else "No baseline ran."),

@@ -11,7 +11,9 @@ runs the same program on every task of a ``TF_CONFIG`` job with ``ps`` tasks:
   (Keras averages logs across workers, each worker reads its shard of the
   data) whose `tfx_dist.layers.ShardedEmbedding` tables live on the servers,
   sharded by row, trained there by the servers' copy of the model's Keras
-  optimizer. Dense variables are mirrored on the workers and all-reduced.
+  optimizer. Dense variables are mirrored on the workers and all-reduced
+  (``dense_variables="workers"``), or held by the servers too
+  (``dense_variables="servers"``: `parameter_server.dense_variables`).
 
 Synchronous by default: every step applies the gradients of all workers once,
 and no worker reads a table before the previous step has been applied
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
+import itertools
 import sys
 import threading
 
@@ -36,6 +38,7 @@ from tfx_dist.layers import embedding_tables
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import _native, server
+from tfx_dist.parameter_server import dense_variables as dense_variables_lib
 from tfx_dist.parameter_server.remote_table import RemoteTable
 
 _MODES = ("sync", "async")
@@ -44,7 +47,7 @@ _MODES = ("sync", "async")
 class ParameterServerExtended(MultiWorkerMirroredExtended):
     """The multi-worker extended, plus the tables' client and their gradients' route."""
 
-    def __init__(self, container_strategy, info, mode, **kwargs):
+    def __init__(self, container_strategy, info, mode, dense_placement="workers", **kwargs):
         super().__init__(container_strategy, **kwargs)
         servers = list(info.ps_addresses)
         self._service = ServiceClient(info.rank, servers, info.num_workers,
@@ -54,6 +57,11 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
                                                                   info.rank))
         self._mode = mode
         self._tables: list[RemoteTable] = []
+        self._table_ids = itertools.count()  # embedding and dense tables, in creation order
+        self.dense_placement = dense_placement
+        self._dense: dict[int, dense_variables_lib.DenseTable] = {}  # id(variable) -> its table
+        self._dense_layout = dense_variables_lib.Placement(len(servers))
+        self._dense_step = None  # the dense pushes and tables of the step being collected
         self._step = threading.local()  # the pushes of the step being traced
         self._closed = False
         atexit.register(self.close_parameter_servers)
@@ -63,7 +71,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
 
     def create_embedding_table(self, layer) -> RemoteTable:
         """The table of a `ShardedEmbedding` (called when the layer is built)."""
-        table = RemoteTable(layer, self._ps_client, table_id=len(self._tables),
+        table = RemoteTable(layer, self._ps_client, table_id=next(self._table_ids),
                             is_chief=lambda: bool(self.should_checkpoint))
         self._tables.append(table)
         return table
@@ -76,21 +84,83 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         """
         tables, rest_grads, rest_vars = embedding_tables.split_table_gradients(
             grads, variables, "_tfx_ps_table")
+        pushes = getattr(self._step, "pushes", None)
         for table, grad in tables:
             table.set_optimizer(optimizer)
             op = table.push(grad, learning_rate)
-            pushes = getattr(self._step, "pushes", None)
             if pushes is not None:
                 pushes.append(op)
+        if self.dense_placement == "servers":
+            rest_grads, rest_vars = self._push_dense_gradients(optimizer, rest_grads, rest_vars,
+                                                               learning_rate)
         return rest_grads, rest_vars
+
+    # -- dense variables on the servers ----------------------------------------------------------
+
+    def _push_dense_gradients(self, optimizer, grads, variables, learning_rate):
+        """Pushes the dense gradients to the servers; Keras's optimizer gets none of them."""
+        # Not thread-local: Strategy.run may call the replica function in its own thread.
+        step = self._dense_step
+        if step is None:
+            raise RuntimeError(
+                "ParameterServerStrategy(dense_variables='servers'): apply gradients inside "
+                "strategy.run (as Keras's fit does), so the step's dense weights can be pulled "
+                "back from the servers after it")
+        for grad, variable in zip(grads, variables):
+            if grad is None:
+                continue
+            table = self.dense_table(variable, optimizer)
+            step["pushes"].append(table.push(grad, learning_rate))
+            step["tables"][id(variable)] = table
+        return [], []
+
+    def dense_table(self, variable, optimizer) -> dense_variables_lib.DenseTable:
+        """The servers' table of ``variable``, created (with its current value) on first use."""
+        table = self._dense.get(id(variable))
+        if table is None:
+            with tf.init_scope():  # values are read and sent eagerly, once
+                table = dense_variables_lib.DenseTable(variable, self._ps_client, next(self._table_ids),
+                                                       self._dense_layout)
+                # The rule first (another worker may have set it already): the
+                # uploaded file's slots must match the servers' table.
+                table.set_optimizer(optimizer)
+                table.upload(variable.numpy())
+                dense_variables_lib.upload_on_eager_assign(variable, table)
+            self._dense[id(variable)] = table
+        else:
+            table.set_optimizer(optimizer)
+        return table
+
+    def dense_tables(self) -> list[dense_variables_lib.DenseTable]:
+        """The dense variables held by the servers so far, in creation order."""
+        return list(self._dense.values())
+
+    def refresh_dense_variables(self, after):
+        """Ops that pull this step's dense variables into the workers' caches, after ``after``."""
+        tables = list(self._dense_step["tables"].values()) if self._dense_step else []
+        updates = []
+        with tf.control_dependencies([after] if after is not None else []):
+            for table in tables:
+                value = table.pull()
+                # Through the class: the instance's assign would send it back.
+                updates.append(type(table.variable).assign(table.variable, value))
+        return updates
 
     @contextlib.contextmanager
     def collecting_pushes(self):
         self._step.pushes = pushes = []
+        self._dense_step = {"pushes": [], "tables": {}}
         try:
             yield pushes
         finally:
             self._step.pushes = None
+
+    def dense_pushes(self) -> list:
+        """The push ops of the dense variables in the step being collected."""
+        return list(self._dense_step["pushes"]) if self._dense_step else []
+
+    def end_dense_step(self) -> None:
+        self._dense_step = None
 
     def step_done(self, after=()):
         """The op that ends this worker's step on the servers (if it pushed anything)."""
@@ -131,15 +201,22 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
       cluster_resolver: optional; by default ``TF_CONFIG``.
       mode: ``"sync"`` (each step applies every worker's gradients once) or
         ``"async"`` (each push is applied on arrival).
+      dense_variables: where the model's dense (non-table) variables live:
+        ``"workers"`` (mirrored, gradients all-reduced among the workers, Keras's
+        optimizer applies them) or ``"servers"`` (spread over the servers by
+        size, their optimizer applies them; workers push gradients and pull
+        weights each step; ``mode="sync"`` only).
       devices, timeout_s: as for `tfx_dist.MultiWorkerMirroredStrategy`.
 
     Raises:
-      ValueError: no ``ps`` task in the cluster, or a bad ``mode``.
+      ValueError: no ``ps`` task in the cluster, a bad ``mode`` or ``dense_variables``.
     """
 
-    def __init__(self, cluster_resolver=None, *, mode: str = "sync", devices=None, timeout_s=None):
+    def __init__(self, cluster_resolver=None, *, mode: str = "sync", dense_variables: str = "workers",
+                 devices=None, timeout_s=None):
         if mode not in _MODES:
             raise ValueError(f"Expected mode to be one of {_MODES}. Received: mode={mode!r}")
+        dense_variables_lib.check_placement(dense_variables, mode)
         info = cluster_lib.resolve(cluster_resolver)
         if not info.ps_addresses:
             raise ValueError(
@@ -149,7 +226,8 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
         if info.task_type == "ps":
             sys.exit(server.serve(info, synchronous=mode == "sync", timeout_s=timeout_s))
         tf.distribute.Strategy.__init__(self, ParameterServerExtended(
-            self, info, mode, cluster_resolver=cluster_resolver, devices=devices, timeout_s=timeout_s))
+            self, info, mode, dense_placement=dense_variables, cluster_resolver=cluster_resolver,
+            devices=devices, timeout_s=timeout_s))
 
     def run(self, fn, args=(), kwargs=None, options=None):
         """`tf.distribute.Strategy.run`, then the end of this worker's step on the servers."""
@@ -163,5 +241,9 @@ def run_step_on_servers(extended: ParameterServerExtended, run):
     with extended.collecting_pushes() as pushes:
         result = run()
     outputs = [t for t in tf.nest.flatten(result, expand_composites=True) if isinstance(t, tf.Tensor)]
-    extended.step_done(after=pushes + outputs)
+    try:
+        done = extended.step_done(after=pushes + extended.dense_pushes() + outputs)
+        extended.refresh_dense_variables(after=done)
+    finally:
+        extended.end_dense_step()
     return result

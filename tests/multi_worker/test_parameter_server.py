@@ -96,3 +96,79 @@ def test_dead_worker_stops_the_servers_with_its_name(tmp_path):
     for s in servers:
         assert s.returncode == 1, s.describe()
         assert "worker 1" in s.stderr, s.describe()
+
+
+# -- dense variables on the servers (dense_variables="servers") ----------------------------------
+
+@pytest.fixture(scope="module")
+def full_reference(tmp_path_factory):
+    """One process, no strategy, the FULL=1 program (fit with validation, evaluate, custom loop)."""
+    cache = {}
+
+    def get(optimizer):
+        if optimizer not in cache:
+            (result,) = run_workers(_script("ps_keras.py"), 1, str(tmp_path_factory.mktemp("ref_" + optimizer)),
+                                    extra_env={"MODE": "reference", "FULL": "1", "OPTIMIZER": optimizer,
+                                               "LR": "0.05"})
+            cache[optimizer] = result.result
+        return cache[optimizer]
+
+    return get
+
+
+def _assert_close_lists(actual, expected, rtol):
+    assert len(actual) == len(expected)
+    for a, b in zip(actual, expected):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6)
+
+
+def _all_reduced(tmp_path, optimizer):
+    """The same job with the dense variables on the workers (all-reduced, Keras's optimizer)."""
+    workers, servers = run_ps_job(tmp_path / "workers", "ps_keras.py", env={
+        "DENSE": "workers", "FULL": "1", "OPTIMIZER": optimizer, "LR": "0.05"})
+    _check_exits(workers + servers)
+    return workers[0].result
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_dense_variables_on_servers_equal_the_other_placements(tmp_path, full_reference, optimizer):
+    """fit (with validation), evaluate, predict and a custom loop with every dense variable held by
+    the servers: the workers agree exactly, and every number equals one process's (SGD) or the
+    all-reduce placement's (Adam: the table's lazy Adam on the servers is not Keras's dense Adam
+    of the one-process local table, so only a job with the table on the servers compares)."""
+    reference = full_reference(optimizer) if optimizer == "SGD" else _all_reduced(tmp_path, optimizer)
+    workers, servers = run_ps_job(tmp_path / "servers", "ps_keras.py", env={
+        "DENSE": "servers", "FULL": "1", "OPTIMIZER": optimizer, "LR": "0.05"})
+    _check_exits(workers + servers)
+    a, b = (w.result for w in workers)
+    for key in ("fit_weights", "loop_weights", "predictions", "rows", "evaluate"):
+        assert a[key] == b[key], key  # bit for bit: both read the servers' weights
+    assert a["loss"][-1] < a["loss"][0]
+    np.testing.assert_allclose(a["loss"], reference["loss"], rtol=1e-4)
+    np.testing.assert_allclose(a["val_loss"], reference["val_loss"], rtol=1e-4)
+    np.testing.assert_allclose(a["evaluate"], reference["evaluate"], rtol=1e-4)
+    # The dense layers' weights (first: the table's anchor, or the one-process local table).
+    _assert_close_lists(a["fit_weights"][1:], reference["fit_weights"][1:], rtol=1e-4)
+    _assert_close_lists(a["loop_weights"][1:], reference["loop_weights"][1:], rtol=1e-4)
+    assert len(a["fit_weights"]) == 5
+    np.testing.assert_allclose(a["rows"], reference["rows"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(a["predictions"], reference["predictions"], rtol=1e-4, atol=1e-6)
+    # Spread by size: the 1,200-float kernel is two rows, one per server; the
+    # 300-float bias and kernel and the output bias fill the lighter server.
+    placement = a["placement"]
+    assert len(placement) == 4, placement
+    per_server = np.sum(list(placement.values()), axis=0)
+    assert per_server.tolist() == [1324 + 1, 1324], placement  # padded floats per server
+    assert max(placement.values(), key=sum) == [1024, 1024], placement
+
+
+def test_dense_variables_option_is_checked():
+    import tfx_dist
+    with pytest.raises(ValueError, match="dense_variables"):
+        tfx_dist.ParameterServerStrategy(dense_variables="ps")
+
+
+def test_dense_variables_on_servers_refuse_async_mode():
+    import tfx_dist
+    with pytest.raises(ValueError, match="mode='sync' only"):
+        tfx_dist.ParameterServerStrategy(mode="async", dense_variables="servers")

@@ -129,3 +129,14 @@ def test_keras_callbacks_resume_and_load_model_in_a_new_job(tmp_path, saved):
         np.testing.assert_allclose(w["rows_at_resume"], result["rows_saved"], rtol=0, atol=0)
         assert len(w["resumed_losses"]) == 1, w["resumed_losses"]  # epoch 1 was restored
         _same_training(result, w)
+
+
+def test_dense_variables_on_servers_round_trip(tmp_path):
+    """dense_variables="servers" (SGD: no slots): a tf.train.Checkpoint restored into 1 server and
+    a Keras .weights.h5 loaded into 3, each after a first epoch of training, put the saved dense
+    weights back on the servers: training on reaches the save job's rows and weights."""
+    env = {"DENSE": "servers", "OPTIMIZER": "SGD", "TRAIN_FIRST": "1"}
+    ckpt, result = _save(tmp_path, **env)
+    for num_ps, extra in ((1, {}), (3, {"KERAS": "1"})):
+        for w in _restore(tmp_path, ckpt, num_ps=num_ps, **env, **extra):
+            _same_training(result, w)

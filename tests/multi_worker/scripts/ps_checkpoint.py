@@ -22,6 +22,9 @@ resume (a new job, 2 servers): keras.models.load_model of a copy of the
 ModelCheckpoint file, reports the rows; trains one epoch away from the backup
 (rows, the servers' slots and Keras's weights move), then fit(EPOCHS + 1) with
 BackupAndRestore, which must restore the backup and train the last epoch only.
+DENSE=servers: the dense variables live on the servers; TRAIN_FIRST=1 (restore
+phase): train one epoch before restoring, so the restore must overwrite dense
+weights the servers already hold.
 """
 import os
 import shutil
@@ -47,7 +50,7 @@ if DYNAMIC:
     ids = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
 every_id = np.unique(ids)[:, None].repeat(3, axis=1)
 
-strategy = tfx_dist.ParameterServerStrategy()
+strategy = tfx_dist.ParameterServerStrategy(dense_variables=os.environ.get("DENSE", "workers"))
 KERAS_COPY = os.path.join(os.environ["WORKDIR"], f"keras_copy_{rank()}")
 BACKUP_DIR, MC_DIR = CKPT + "_backup", CKPT + "_mc"
 
@@ -143,6 +146,8 @@ elif PHASE == "save":
     result["keras_files"] = sorted(os.listdir(KERAS_DIR))
 else:
     latest = tf.train.latest_checkpoint(CKPT)
+    if os.environ.get("TRAIN_FIRST") == "1":
+        fit(1)
     if os.environ.get("BAD_FILES") == "1":
         result["rows_before"] = rows()
         for damage in ("missing", "corrupt"):
@@ -172,6 +177,7 @@ else:
         strategy.extended.barrier()  # both loads done before either worker reads or trains
     else:
         checkpoint.restore(latest).assert_existing_objects_matched()
+        strategy.extended.barrier()  # both restores done before either worker trains
     result["rows_saved"] = rows()
     result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
 if PHASE == "resume":  # restores the backup, then trains the third epoch only

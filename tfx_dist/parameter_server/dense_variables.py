@@ -1,0 +1,200 @@
+"""Dense variables held by the parameter servers (``dense_variables="servers"``).
+
+Each trainable dense variable a worker's optimizer would update becomes a
+server table: row ``k`` is the ``k``-th chunk of the flattened variable
+(`CHUNK` floats, the last one zero-padded). A fixed table's row ``id`` lives
+on server ``id mod S``, so a variable's chunks go round-robin over the
+servers starting at its table's first id; that id is chosen so the first
+chunk lands on the server holding the fewest floats so far (`Placement`):
+variables are spread by size, and a one-chunk bias does not always land on
+server 0. Rows below the first id are never written and cost nothing (a
+fixed shard allocates rows on first write).
+
+On a worker the Keras variable stays, as a *cache* that the model reads.
+A training step pushes the variable's gradient as rows (the table ops, no
+Python in the data path) instead of letting Keras's optimizer apply it; the
+servers apply their copy of the optimizer once every worker has closed the
+step, and the worker then pulls the rows back into the cache
+(`ParameterServerExtended.refresh_dense_variables`). So after each step the
+cache holds the servers' weights, the same on every worker, and everything
+that reads variables between steps (evaluate, predict, saves) reads them.
+
+Values reach the servers when a variable is first trained (its current value,
+e.g. restored or loaded before training) and whenever it is assigned eagerly
+later (`tf.train.Checkpoint` restore, Keras ``load_weights``/``set_weights``):
+the worker writes the rows to a file in the checkpoint format with a local
+`store.TableShard` and has the servers restore it, so the file must be on
+storage the servers share (a temporary folder: one host), as for checkpoints.
+Such an upload restarts the servers' optimizer slots (and Adam's step count)
+of that variable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from tfx_dist import _ops
+from tfx_dist.embedding import store
+from tfx_dist.parameter_server import _native, table_checkpoint
+
+# Floats per row: large enough that a request carries few ids, small enough
+# that a variable of a few rows still spreads over the servers.
+CHUNK = 1024
+PLACEMENTS = ("servers", "workers")
+
+
+def check_placement(dense_variables: str, mode: str) -> None:
+    """Raises a ValueError for a bad ``dense_variables`` or an unsupported combination."""
+    if dense_variables not in PLACEMENTS:
+        raise ValueError(f"Expected dense_variables to be one of {PLACEMENTS}. "
+                         f"Received: dense_variables={dense_variables!r}")
+    if dense_variables == "servers" and mode != "sync":
+        raise ValueError(
+            "ParameterServerStrategy(dense_variables='servers') supports mode='sync' only: an "
+            "asynchronous worker would overwrite dense weights other workers have already updated "
+            f"when it sends their first values. Received: mode={mode!r}. Use mode='sync', or "
+            "dense_variables='workers' (all-reduced among the workers) with mode='async'.")
+
+
+class Placement:
+    """Chooses each variable's first row id so that the servers hold equal numbers of floats."""
+
+    def __init__(self, num_servers: int):
+        self.floats = [0] * num_servers
+
+    def first_id(self, num_rows: int, dim: int) -> int:
+        start = min(range(len(self.floats)), key=lambda s: (self.floats[s], s))
+        for k in range(num_rows):
+            self.floats[(start + k) % len(self.floats)] += dim
+        return start
+
+
+class DenseTable:
+    """One dense variable's rows on the servers."""
+
+    def __init__(self, variable, client_id: int, table_id: int, placement: Placement):
+        self.variable = variable
+        self.name = f"dense:{variable.path}"
+        self.shape = tuple(int(d) for d in variable.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        if variable.dtype != "float32":
+            raise ValueError(f"dense_variables='servers' holds float32 variables; "
+                             f"'{variable.path}' is {variable.dtype}")
+        self.dim = max(1, min(self.size, CHUNK))
+        self.num_chunks = max(1, math.ceil(self.size / self.dim))
+        self.first_id = placement.first_id(self.num_chunks, self.dim)
+        self.num_rows = self.first_id + self.num_chunks
+        self.num_servers = len(placement.floats)
+        self.table_id = table_id
+        self._client_id = client_id
+        self._rule = store.SGD()
+        self._config = dict(dim=self.dim, num_rows=self.num_rows, name=self.name, table_id=table_id,
+                            seed=0, initializer=store.Zeros())
+        config = store.table_config(self.dim, self.num_rows, 0, 1, self.name, table_id, 0,
+                                    store.Zeros(), store.SGD())
+        err = _native.error_buffer()
+        _native.check(_native.lib().tfx_ps_create_table(client_id, ctypes.byref(config), err,
+                                                         _native.ERR_LEN), err)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return np.arange(self.first_id, self.num_rows, dtype=np.int64)
+
+    def floats_per_server(self) -> list[int]:
+        """How many of the variable's (padded) floats each server holds."""
+        counts = [0] * self.num_servers
+        for i in self.ids:
+            counts[int(i) % self.num_servers] += self.dim
+        return counts
+
+    # -- the step --------------------------------------------------------------------------------
+
+    def _rows(self, flat):
+        pad = self.num_chunks * self.dim - self.size
+        if pad:
+            flat = tf.concat([flat, tf.zeros([pad], flat.dtype)], 0)
+        return tf.reshape(flat, [self.num_chunks, self.dim])
+
+    def push(self, gradient, learning_rate):
+        """The op sending this replica's dense gradient, as rows, to the servers."""
+        if isinstance(gradient, tf.IndexedSlices):
+            gradient = tf.convert_to_tensor(gradient)
+        rows = self._rows(tf.reshape(tf.cast(gradient, tf.float32), [-1]))
+        return _ops.load_op_library("_ps_ops").tfx_ps_push(
+            tf.constant(self.ids), rows, tf.cast(learning_rate, tf.float32),
+            client_id=self._client_id, table_id=self.table_id)
+
+    def pull(self):
+        """The variable's value on the servers (waits for the steps this worker closed)."""
+        rows = _ops.load_op_library("_ps_ops").tfx_ps_lookup(
+            tf.constant(self.ids), client_id=self._client_id, table_id=self.table_id, dim=self.dim)
+        return tf.reshape(tf.reshape(rows, [-1])[:self.size], self.shape)
+
+    # -- values and optimizer --------------------------------------------------------------------
+
+    def set_optimizer(self, optimizer) -> None:
+        try:
+            rule = store.optimizer_from_keras(optimizer)
+        except ValueError as e:
+            raise ValueError(f"Dense variable '{self.variable.path}' on parameter servers: {e}") from None
+        self._set_rule(rule)
+
+    def _set_rule(self, rule) -> None:
+        if rule == self._rule:
+            return
+        err = _native.error_buffer()
+        _native.check(_native.lib().tfx_ps_set_optimizer(
+            self._client_id, self.table_id, ctypes.byref(store.optimizer_config(rule)), err,
+            _native.ERR_LEN), err)
+        self._rule = rule
+
+    def upload(self, value) -> None:
+        """Sets the rows on every server to ``value`` (eager); the slots restart."""
+        flat = np.zeros(self.num_chunks * self.dim, np.float32)
+        flat[:self.size] = np.asarray(value, np.float32).reshape(-1)
+        folder = tempfile.mkdtemp(prefix="tfx_ps_dense_")
+        try:
+            # SGD with learning rate 1 from zeros writes -gradient exactly.
+            with store.TableShard(**self._config) as local:
+                local.apply_gradients(self.ids, -flat.reshape(self.num_chunks, self.dim), 1.0)
+                local.set_optimizer(self._rule)  # the slot layout the servers' table has
+                path = table_checkpoint.shard_path(os.path.join(folder, "rows"), 0, 1)
+                local.save(path)
+            array = (ctypes.c_char_p * 1)(path.encode())
+            err = _native.error_buffer()
+            _native.check(_native.lib().tfx_ps_restore(self._client_id, self.table_id, array, 1, 0,
+                                                        err, _native.ERR_LEN), err)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def upload_on_eager_assign(variable, table: DenseTable) -> None:
+    """Makes eager assignments of ``variable`` (restores, loads) reach the servers too.
+
+    Keras's ``load_weights``/``set_weights`` call ``variable.assign``;
+    `tf.train.Checkpoint` calls ``variable._restore_from_tensors``. The
+    strategy's own refresh assigns through the class, not through these.
+    """
+    assign, restore = variable.assign, variable._restore_from_tensors
+
+    def assign_and_upload(value):
+        result = assign(value)
+        if tf.executing_eagerly():
+            table.upload(variable.numpy())
+        return result
+
+    def restore_and_upload(restored_tensors):
+        result = restore(restored_tensors)
+        if tf.executing_eagerly():
+            table.upload(variable.numpy())
+        return result
+
+    variable.assign = assign_and_upload
+    variable._restore_from_tensors = restore_and_upload
