@@ -247,6 +247,9 @@ def markdown(report: dict) -> str:
         lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in f["commands"].values()) + ".", ""]
         if "none_tf212_x2" in f["examples_per_s"]:
             eps = f["examples_per_s"]
+            loads = [x for pairs in f["load"].values() for pair in pairs for x in pair]
+            beat = max(eps["tfx_horovodrun"], eps["tfx_run"]) > eps["none_tf221_x2"]
+            noisy = f["rounds"] < 3 or max(loads) > 4 or beat
             lines += [f"**The machine's ceiling.** With no communication at all, 2 independent processes "
                       f"(each on its rank's CPUs and half of the data, at once) do "
                       f"{eps['none_tf221_x2']:.0f} examples/s under TF 2.21 / Keras 3 and "
@@ -255,9 +258,16 @@ def markdown(report: dict) -> str:
                       f"per-round ratios: {f['ratio']['none_tf221_x2']:.2f}x). tfx_dist under horovodrun reaches "
                       f"{eps['tfx_horovodrun'] / eps['none_tf221_x2']:.0%} of that ceiling, Horovod "
                       f"{eps['horovod'] / eps['none_tf212_x2']:.0%} of its own environment's. "
-                      + ("A 1.5x target is above what this machine can do with this script: even with no "
-                         "communication it is not reached." if eps["none_tf221_x2"] / eps["horovod"] < 1.5
-                         else "The ceiling is above 1.5x Horovod: the target is not at this machine's limit."), ""]
+                      + (f"With {f['rounds']} round(s) and a load average of {min(loads):.1f}-{max(loads):.1f} "
+                         "these figures cannot carry a conclusion" + (" (a system with communication beat the "
+                         "no-communication ceiling, which only noise can do)" if beat else "")
+                         + ": rerun on a quiet machine with 3 rounds or more. " if noisy else
+                         "A 1.5x target is above what this machine can do with this script: even with no "
+                         "communication it is not reached. " if eps["none_tf221_x2"] / eps["horovod"] < 1.5
+                         else "The ceiling is above 1.5x Horovod: the target is not at this machine's limit. ")
+                      + f"The TF version alone: with no communication, TF 2.12 / Keras 2 ran "
+                      f"{eps['none_tf212_x2'] / eps['none_tf221_x2']:.2f}x TF 2.21 / Keras 3's examples/s as 2 "
+                      f"processes and {eps['none_tf212_x1'] / eps['none_tf221_x1']:.2f}x as 1 process.", ""]
     lines += [f"*Command: `{report['command']}`.*", ""]
     return "\n".join(lines)
 
@@ -285,6 +295,10 @@ def main() -> None:
         report["allreduce"] = allreduce(args.horovod_venv, [int(s) for s in args.sizes.split(",")],
                                         args.rounds, args.timeout)
         report["horovod_version"] = report["allreduce"]["versions_horovod"].get("horovod")
+    if "horovod_version" not in report:  # all-reduce skipped: ask the venv
+        report["horovod_version"] = subprocess.run(
+            [os.path.join(args.horovod_venv, "bin", "python"), "-c", "import horovod; print(horovod.__version__)"],
+            capture_output=True, text=True, timeout=args.timeout).stdout.strip() or None
     if "fit" not in args.skip:
         report["fit"] = fit(args.horovod_venv, args.fit_rounds, args.epochs, args.timeout,
                             ceilings="ceiling" not in args.skip)
