@@ -42,9 +42,18 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 FIT_SCRIPT = os.path.join(ROOT, "benchmarks", "horovod_fit_script.py")
 SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 FIT_SYSTEMS = ("horovod", "tfx_horovodrun", "tfx_run")
+# The machine's ceiling: the same script with no communication (FIT_BENCH_IMPL=none),
+# as 2 independent processes at once, each on its rank's CPUs and its half of the
+# data (examples/s added up), and as 1 process alone; in both environments, so that
+# TensorFlow's own speed is told apart from communication.
+CEILINGS = ("none_tf221_x2", "none_tf212_x2", "none_tf221_x1", "none_tf212_x1")
 FIT_LABELS = {"horovod": "Horovod 0.28.1 (horovodrun --gloo, TF 2.12, Keras 2)",
               "tfx_horovodrun": "tfx_dist.horovod (real horovodrun --gloo, TF 2.21, Keras 3)",
-              "tfx_run": "tfx_dist.horovod (tfx-dist-run, TF 2.21, Keras 3)"}
+              "tfx_run": "tfx_dist.horovod (tfx-dist-run, TF 2.21, Keras 3)",
+              "none_tf221_x2": "ceiling: no communication, 2 independent processes (TF 2.21, Keras 3)",
+              "none_tf212_x2": "ceiling: no communication, 2 independent processes (TF 2.12, Keras 2)",
+              "none_tf221_x1": "no communication, 1 process alone, all CPUs (TF 2.21, Keras 3)",
+              "none_tf212_x1": "no communication, 1 process alone, all CPUs (TF 2.12, Keras 2)"}
 
 
 def _rotate(items, r):
@@ -101,7 +110,46 @@ def _fit_command(system: str, venv: str) -> tuple[list[str], dict]:
     return [sys.executable, "-m", "tfx_dist.run", "-n", "2", sys.executable, FIT_SCRIPT], env
 
 
+def ceiling_once(system: str, venv: str, epochs: int, timeout: float) -> dict:
+    """FIT_BENCH_IMPL=none as independent processes started together; their examples/s added up."""
+    nprocs = int(system[-1])
+    python = sys.executable if "tf221" in system else os.path.join(venv, "bin", "python")
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "TF_CONFIG")}
+    base.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", TF_CPU_ALLOCATOR_USE_BFC="true",
+                TFX_BENCH_CPU_BIND="cores", FIT_BENCH_IMPL="none", FIT_BENCH_EPOCHS=str(epochs))
+    t0 = time.time()
+    procs = []
+    for rank in range(nprocs):
+        env = dict(base)
+        if nprocs > 1:  # a lone process is not bound: it has the machine
+            env.update(FIT_BENCH_RANK=str(rank), FIT_BENCH_SIZE=str(nprocs))
+        procs.append(subprocess.Popen([python, FIT_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, cwd=ROOT))
+    results = []
+    for rank, proc in enumerate(procs):
+        try:
+            out, err = proc.communicate(timeout=max(1.0, timeout - (time.time() - t0)))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"ceiling {system}: process {rank} still running after {timeout} s")
+        lines = [line.split("RESULT ", 1)[1] for line in out.splitlines() if "RESULT " in line]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"ceiling {system}: process {rank} failed ({proc.returncode}):\n"
+                               f"{out[-2000:]}\n{err[-4000:]}")
+        results.append(json.loads(lines[0]))
+    res = dict(results[0])
+    res["examples_per_s"] = sum(r["examples_per_s"] for r in results)
+    res["wall_s"] = time.time() - t0
+    res["command"] = (f"{nprocs} x FIT_BENCH_IMPL=none " + ("" if nprocs == 1 else "FIT_BENCH_RANK=r FIT_BENCH_SIZE=2 ")
+                      + ("python3" if "tf221" in system else os.path.relpath(python, ROOT))
+                      + " benchmarks/horovod_fit_script.py")
+    return res
+
+
 def fit_once(system: str, venv: str, epochs: int, timeout: float) -> dict:
+    if system in CEILINGS:
+        return ceiling_once(system, venv, epochs, timeout)
     cmd, env = _fit_command(system, venv)
     env["FIT_BENCH_EPOCHS"] = str(epochs)
     t0 = time.time()
@@ -120,35 +168,38 @@ def fit_once(system: str, venv: str, epochs: int, timeout: float) -> dict:
     return res
 
 
-def fit(venv: str, rounds: int, epochs: int, timeout: float) -> dict:
-    runs = {s: [] for s in FIT_SYSTEMS}
+def fit(venv: str, rounds: int, epochs: int, timeout: float, ceilings: bool = True) -> dict:
+    systems = FIT_SYSTEMS + (CEILINGS if ceilings else ())
+    runs = {s: [] for s in systems}
     for r in range(rounds):
-        for system in _rotate(FIT_SYSTEMS, r):
+        for system in _rotate(systems, r):
             load = os.getloadavg()[0]
             res = fit_once(system, venv, epochs, timeout)
             res["load_before"], res["load_after"] = load, os.getloadavg()[0]
             runs[system].append(res)
             print(f"round {r} fit {system} (load {load:.1f}): {res['examples_per_s']:.0f} examples/s, "
                   f"epochs {', '.join(f'{t:.2f}' for t in res['epoch_s'])} s", flush=True)
-    eps = {s: [x["examples_per_s"] for x in runs[s]] for s in FIT_SYSTEMS}
+    eps = {s: [x["examples_per_s"] for x in runs[s]] for s in systems}
     first = runs["horovod"][0]
     return {"rounds": rounds, "epochs": epochs, "examples_per_s": {s: statistics.median(v) for s, v in eps.items()},
             "per_round": eps,
             "ratio": {s: statistics.median([a / b for a, b in zip(eps[s], eps["horovod"])])
-                      for s in FIT_SYSTEMS if s != "horovod"},
+                      for s in systems if s != "horovod"},
             "ratio_per_round": {s: [a / b for a, b in zip(eps[s], eps["horovod"])]
-                                for s in FIT_SYSTEMS if s != "horovod"},
-            "final_accuracy": {s: [x["accuracy"][-1] for x in runs[s]] for s in FIT_SYSTEMS},
-            "versions": {s: runs[s][0]["versions"] for s in FIT_SYSTEMS},
+                                for s in systems if s != "horovod"},
+            "final_accuracy": {s: [x["accuracy"][-1] for x in runs[s]] for s in systems},
+            "versions": {s: runs[s][0]["versions"] for s in systems}, "systems": list(systems),
             "params": first["params"], "batch_per_rank": first["batch_per_rank"], "hidden": first["hidden"],
-            "commands": {s: runs[s][0]["command"] for s in FIT_SYSTEMS},
-            "load": {s: [(x["load_before"], x["load_after"]) for x in runs[s]] for s in FIT_SYSTEMS}}
+            "commands": {s: runs[s][0]["command"] for s in systems},
+            "load": {s: [(x["load_before"], x["load_after"]) for x in runs[s]] for s in systems}}
 
 
 # --------------------------------------------------------------------------- report
 
 def markdown(report: dict) -> str:
-    lines = ["# tfx_dist.horovod vs Horovod (2 processes, loopback)", "",
+    title = ("# tfx_dist.horovod vs Horovod (2 processes, loopback)" if "allreduce" in report else
+             "# Horovod fit: tfx_dist.horovod, Horovod and the machine's ceiling (2 processes)")
+    lines = [title, "",
              f"{report['date']}, {report['machine']}. Real Horovod "
              f"{report.get('horovod_version', '?')} with TensorFlow 2.12 and Gloo in its own virtual "
              "environment (`benchmarks/setup_horovod.sh`: Horovod does not build against this "
@@ -185,7 +236,7 @@ def markdown(report: dict) -> str:
                   f"{f['rounds']} rounds; ratio = examples/s / Horovod's in the same round.", "",
                   "| system | examples/s (median) | per round | ratio to Horovod (median) | per round | "
                   "final train accuracy | load avg (before, after) |", "|---|---|---|---|---|---|---|"]
-        for s in FIT_SYSTEMS:
+        for s in f.get("systems", FIT_SYSTEMS):
             ratio = f["ratio"].get(s)
             lines.append(
                 f"| {FIT_LABELS[s]} | {f['examples_per_s'][s]:.0f} | "
@@ -194,6 +245,29 @@ def markdown(report: dict) -> str:
                 + f" | {', '.join(f'{x:.3f}' for x in f['final_accuracy'][s])} | "
                 + ", ".join(f"({b:.1f}, {e:.1f})" for b, e in f["load"][s]) + " |")
         lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in f["commands"].values()) + ".", ""]
+        if "none_tf212_x2" in f["examples_per_s"]:
+            eps = f["examples_per_s"]
+            loads = [x for pairs in f["load"].values() for pair in pairs for x in pair]
+            beat = max(eps["tfx_horovodrun"], eps["tfx_run"]) > eps["none_tf221_x2"]
+            noisy = f["rounds"] < 3 or max(loads) > 4 or beat
+            lines += [f"**The machine's ceiling.** With no communication at all, 2 independent processes "
+                      f"(each on its rank's CPUs and half of the data, at once) do "
+                      f"{eps['none_tf221_x2']:.0f} examples/s under TF 2.21 / Keras 3 and "
+                      f"{eps['none_tf212_x2']:.0f} under Horovod's TF 2.12 / Keras 2: "
+                      f"{eps['none_tf221_x2'] / eps['horovod']:.2f}x Horovod's fit at best (median of the "
+                      f"per-round ratios: {f['ratio']['none_tf221_x2']:.2f}x). tfx_dist under horovodrun reaches "
+                      f"{eps['tfx_horovodrun'] / eps['none_tf221_x2']:.0%} of that ceiling, Horovod "
+                      f"{eps['horovod'] / eps['none_tf212_x2']:.0%} of its own environment's. "
+                      + (f"With {f['rounds']} round(s) and a load average of {min(loads):.1f}-{max(loads):.1f} "
+                         "these figures cannot carry a conclusion" + (" (a system with communication beat the "
+                         "no-communication ceiling, which only noise can do)" if beat else "")
+                         + ": rerun on a quiet machine with 3 rounds or more. " if noisy else
+                         "A 1.5x target is above what this machine can do with this script: even with no "
+                         "communication it is not reached. " if eps["none_tf221_x2"] / eps["horovod"] < 1.5
+                         else "The ceiling is above 1.5x Horovod: the target is not at this machine's limit. ")
+                      + f"The TF version alone: with no communication, TF 2.12 / Keras 2 ran "
+                      f"{eps['none_tf212_x2'] / eps['none_tf221_x2']:.2f}x TF 2.21 / Keras 3's examples/s as 2 "
+                      f"processes and {eps['none_tf212_x1'] / eps['none_tf221_x1']:.2f}x as 1 process.", ""]
     lines += [f"*Command: `{report['command']}`.*", ""]
     return "\n".join(lines)
 
@@ -206,7 +280,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="all-reduce rounds")
     parser.add_argument("--fit-rounds", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--skip", choices=("allreduce", "fit"), nargs="*", default=[])
+    parser.add_argument("--skip", choices=("allreduce", "fit", "ceiling"), nargs="*", default=[])
     parser.add_argument("--horovod-venv", default=ar.DEFAULT_HOROVOD_VENV)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out", default=os.path.join(RESULTS, "horovod_compare.json"))
@@ -221,8 +295,13 @@ def main() -> None:
         report["allreduce"] = allreduce(args.horovod_venv, [int(s) for s in args.sizes.split(",")],
                                         args.rounds, args.timeout)
         report["horovod_version"] = report["allreduce"]["versions_horovod"].get("horovod")
+    if "horovod_version" not in report:  # all-reduce skipped: ask the venv
+        report["horovod_version"] = subprocess.run(
+            [os.path.join(args.horovod_venv, "bin", "python"), "-c", "import horovod; print(horovod.__version__)"],
+            capture_output=True, text=True, timeout=args.timeout).stdout.strip() or None
     if "fit" not in args.skip:
-        report["fit"] = fit(args.horovod_venv, args.fit_rounds, args.epochs, args.timeout)
+        report["fit"] = fit(args.horovod_venv, args.fit_rounds, args.epochs, args.timeout,
+                            ceilings="ceiling" not in args.skip)
     md = markdown(report)
     common.write_outputs("horovod_compare", report, md, args.out)
     print(md)

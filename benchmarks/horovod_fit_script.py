@@ -9,6 +9,14 @@ virtual environment benchmarks/setup_horovod.sh builds, TensorFlow 2.12 and
 Keras 2; anything else: ``tfx_dist.horovod.keras``, TensorFlow 2.21 and
 Keras 3). The rest runs unchanged on both Kerases.
 
+``FIT_BENCH_IMPL=none`` is the machine's ceiling: no Horovod and no
+communication at all; ``FIT_BENCH_RANK`` / ``FIT_BENCH_SIZE`` give the process its
+shard and learning rate as a rank would have, ``DistributedOptimizer`` is the
+plain optimizer and the Horovod callbacks are left out. Started as
+FIT_BENCH_SIZE independent processes at once (each bound to its rank's CPUs),
+it shows what this machine does with no cross-process work; in either
+environment, it separates TensorFlow's own speed from communication.
+
 Rank 0 prints ``RESULT {...}``: examples per second (all ranks' examples of an
 epoch / its wall time; the median over the epochs after the first, which
 traces and warms up), every epoch's time, the last loss and the versions.
@@ -25,13 +33,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Under horovodrun each process binds itself to the CPUs tfx-dist-run would give
 # its local rank (tfx-dist-run binds its workers itself), before TensorFlow
 # starts threads, so that both systems run on the same CPU shares.
-if "HOROVOD_LOCAL_SIZE" in os.environ and os.environ.get("TFX_BENCH_CPU_BIND", "cores") == "cores":
+_local = (("HOROVOD_LOCAL_SIZE", "HOROVOD_LOCAL_RANK") if "HOROVOD_LOCAL_SIZE" in os.environ else
+          ("FIT_BENCH_SIZE", "FIT_BENCH_RANK") if "FIT_BENCH_SIZE" in os.environ else None)
+if _local and os.environ.get("TFX_BENCH_CPU_BIND", "cores") == "cores":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from allreduce_multiprocess import launcher_cpu_shares  # stdlib only at import
 
-    _shares = launcher_cpu_shares(int(os.environ["HOROVOD_LOCAL_SIZE"]))
+    _shares = launcher_cpu_shares(int(os.environ[_local[0]]))
     if _shares:
-        os.sched_setaffinity(0, _shares[int(os.environ["HOROVOD_LOCAL_RANK"])])
+        os.sched_setaffinity(0, _shares[int(os.environ[_local[1]])])
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -39,6 +49,13 @@ import tensorflow as tf  # noqa: E402
 
 if os.environ.get("FIT_BENCH_IMPL") == "horovod":
     import horovod.tensorflow.keras as hvd  # noqa: E402
+elif os.environ.get("FIT_BENCH_IMPL") == "none":
+    import types  # noqa: E402
+
+    # No communication: the calls the script makes, as a lone rank of its shard.
+    hvd = types.SimpleNamespace(
+        init=lambda: None, rank=lambda: int(os.environ.get("FIT_BENCH_RANK", "0")),
+        size=lambda: int(os.environ.get("FIT_BENCH_SIZE", "1")), DistributedOptimizer=lambda opt: opt)
 else:
     import tfx_dist.horovod.keras as hvd  # was: import horovod.tensorflow.keras as hvd  # noqa: E402
 
@@ -75,7 +92,7 @@ class EpochTimes(keras.callbacks.Callback):
 
 
 times = []
-callbacks = [
+callbacks = [EpochTimes()] if os.environ.get("FIT_BENCH_IMPL") == "none" else [
     hvd.callbacks.BroadcastGlobalVariablesCallback(0),
     hvd.callbacks.MetricAverageCallback(),
     hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr, warmup_epochs=1),
@@ -83,8 +100,9 @@ callbacks = [
 ]
 history = model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, callbacks=callbacks, verbose=0)
 
-if hvd.rank() == 0:
-    examples = EXAMPLES_PER_RANK * hvd.size()
+if hvd.rank() == 0 or os.environ.get("FIT_BENCH_IMPL") == "none":
+    # With no communication each process reports its own examples (the benchmark adds them up).
+    examples = EXAMPLES_PER_RANK * (1 if os.environ.get("FIT_BENCH_IMPL") == "none" else hvd.size())
     print("RESULT " + json.dumps({
         "examples_per_s": examples / statistics.median(times[1:] or times),
         "epoch_s": times, "size": hvd.size(), "batch_per_rank": BATCH, "hidden": HIDDEN,

@@ -291,6 +291,14 @@ def horovod_section() -> list[str]:
          "build/horovod-venv) rewrites `benchmarks/results/horovod_compare.md`, which is copied here."])
 
 
+def horovod_fit_sections() -> list[str]:
+    """The fit's ceiling (horovod_compare.py --skip allreduce --out ...horovod_fit_ceiling.json) and
+    where the step goes (horovod_fit_profile.py), each run on its own."""
+    note = ["Not rerun by this command: the command at the end of the section rewrites the file copied here."]
+    return (_copied_section("horovod_fit_ceiling.md", "## Horovod fit: the machine's ceiling", note)
+            + _copied_section("horovod_fit_profile.md", "## Horovod fit: where the step goes", note))
+
+
 def horovod_targets() -> list[str]:
     """Issue 18's targets, from benchmarks/results/horovod_compare.json when it is there."""
     try:
@@ -389,6 +397,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
     lines += gpu_section()
     lines += embedding_gpu_section()
     lines += horovod_section()
+    lines += horovod_fit_sections()
     lines += timeline_section()
     lines += design_section()
     lines += wire_section()

@@ -408,6 +408,21 @@ class Communicator:
         self._run(entries)
         return outs
 
+    def join(self, name: str = "join") -> int:
+        """Horovod's ``join``: waits until every rank has called it; returns the last rank to join.
+
+        Until then this rank stands in for the all-reduces the others still
+        run: it adds zeros (a mean still divides by ``size``) on the runtime
+        thread while this call waits. Any other collective meanwhile fails on
+        the ranks that call it (``CollectiveMismatchError``). The wait is bounded
+        by the timeout counted from the other ranks' latest progress.
+        """
+        inp = np.zeros((), np.int32)
+        out = np.full((), -1, np.int32)
+        keep = []
+        self._run([self._entry(name, _native.OP_JOIN, inp, out, keep=keep)])
+        return int(out)
+
     def close(self) -> None:
         """Stops the runtime and closes the connections (pending collectives fail)."""
         with self._lock:

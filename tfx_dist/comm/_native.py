@@ -19,7 +19,7 @@ DONE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 
 # c_api.h's names, and their values here.
-OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER = 1, 2, 3, 4, 5
+OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_JOIN = 1, 2, 3, 4, 5, 6
 REDUCTIONS = {"sum": 0, "mean": 1, "min": 2, "max": 3}
 COMPRESSIONS = {"none": 0, "float16": 1, "bfloat16": 2}
 DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "int64": 6, "uint8": 7}
@@ -34,7 +34,7 @@ def _abi_names() -> dict:
     """Every constant of c_api.h this module uses, by its C name."""
     names = {"TFX_OP_ALLREDUCE": OP_ALLREDUCE, "TFX_OP_ALLGATHER": OP_ALLGATHER,
              "TFX_OP_BROADCAST": OP_BROADCAST, "TFX_OP_ALLTOALL": OP_ALLTOALL,
-             "TFX_OP_REDUCESCATTER": OP_REDUCESCATTER,
+             "TFX_OP_REDUCESCATTER": OP_REDUCESCATTER, "TFX_OP_JOIN": OP_JOIN,
              "sizeof(tfx_entry)": ctypes.sizeof(Entry), "sizeof(tfx_comm_options)": ctypes.sizeof(Options)}
     names.update({f"TFX_REDUCE_{k.upper()}": v for k, v in REDUCTIONS.items()})
     names.update({f"TFX_COMPRESSION_{k.upper()}": v for k, v in COMPRESSIONS.items()})

@@ -289,25 +289,26 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
 
 
 def join(device=-1):
-    """Waits until every rank has called ``join``; returns the rank that joined last.
+    """Horovod's ``join``: waits until every rank has called it; returns the last rank to join.
 
-    Horovod's common use: each rank calls ``join()`` when it has run out of
-    data, and the ranks leave together. Unlike Horovod, a rank that has joined
-    does not take part in the others' later all-reduces (Horovod lets it
-    contribute zeros): here every rank must run the same collectives before
-    ``join``. "Last" is by each rank's wall clock at its call (exact on one
-    host; across hosts as good as their clock sync), ties to the highest rank.
-    Works eagerly and inside ``tf.function``.
+    A rank that runs out of data calls ``join()``; until every rank has, it
+    stands in for the all-reduces the other ranks still run, adding zeros
+    (``Average`` still divides by ``size()``), so ranks with different numbers
+    of batches train together (Horovod 0.28.1's semantics). An allgather,
+    broadcast, alltoall or reducescatter while a rank has joined fails on the
+    ranks that call it. Works eagerly and inside ``tf.function``.
 
     Returns:
       An int32 scalar tensor: the rank that called ``join`` last.
     """
     del device  # CPU only
-    stamp = tf.reshape(tf.stack([tf.timestamp(), tf.cast(basics.rank(), tf.float64)]), [1, 2])
-    stamps = _ops().all_gather(stamp, basics.communicator(), name="horovod.join")
-    # Rows come in rank order; reversed, argmax's first maximum is the highest rank of a tie.
-    newest_first = tf.reverse(stamps, axis=[0])
-    return tf.cast(newest_first[tf.argmax(newest_first[:, 0]), 1], tf.int32)
+    comm = basics.communicator()
+    if tf.executing_eagerly():
+        return tf.constant(comm.join("horovod.join"), tf.int32)
+    # In a graph: a stateful Python op, run in program order with the collectives around it.
+    last = tf.numpy_function(lambda: np.int32(comm.join("horovod.join")), [], tf.int32, stateful=True,
+                             name="horovod_join")
+    return tf.reshape(last, [])
 
 
 def size_op(process_set_id=0, name=None):

@@ -43,7 +43,9 @@ enum {
   TFX_OP_ALLGATHER = 2,
   TFX_OP_BROADCAST = 3,
   TFX_OP_ALLTOALL = 4,     /* with splits: rows [off_j, off_j + splits[j]) go to rank j */
-  TFX_OP_REDUCESCATTER = 5 /* rank r gets the reduction of block r of dimension 0 */
+  TFX_OP_REDUCESCATTER = 5, /* rank r gets the reduction of block r of dimension 0 */
+  TFX_OP_JOIN = 6           /* Horovod's join: one int32 output, the last rank to join; until every
+                               rank joined, a joined rank adds zeros to the others' all-reduces */
 };
 
 /* Outcome codes (return values, tfx_done_fn's code). */

@@ -629,6 +629,108 @@ void TestNegotiationThroughTheRuntime() {
   TestAllreduce(job, true, {7}, false, &round);  // still usable
 }
 
+// Horovod's join: rank 2 joins first; ranks 0 and 1 go on all-reducing (rank
+// 2 adds zeros, a mean still divides by 3); an all-gather meanwhile fails on
+// the ranks that submitted it; join returns the last rank to join, and then
+// all three all-reduce as before.
+void TestJoin() {
+  Job job = MakeJob(3, true, /*timeout_s=*/20.0);
+  Latch rank2_join;
+  int32_t out2 = -1, in2 = 0;
+  {
+    std::vector<Entry> es;
+    es.push_back(MakeEntry("join", OpType::kJoin, DataType::kInt32, ReduceOp::kSum, {}, &in2, &out2, &rank2_join));
+    job[2].Submit(std::move(es));
+  }
+  for (int step = 0; step < 3; ++step) {  // different names, and one name again (FIFO rounds)
+    Latch latch;
+    std::vector<std::vector<float>> sum(2, std::vector<float>(5)), mean(2, std::vector<float>(70000));
+    for (int r = 0; r < 2; ++r) {
+      for (size_t i = 0; i < 5; ++i) sum[r][i] = static_cast<float>(Value(r, i) + step);
+      for (size_t i = 0; i < mean[r].size(); ++i) mean[r][i] = static_cast<float>(Value(r, i));
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("g" + std::to_string(step % 2), OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum,
+                             {5}, sum[r].data(), sum[r].data(), &latch));
+      es.push_back(MakeEntry("m", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kMean,
+                             {static_cast<int64_t>(mean[r].size())}, mean[r].data(), mean[r].data(), &latch));
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& st : latch.statuses) CHECK(st.ok(), "join: all-reduce: " + st.message());
+    for (int r = 0; r < 2; ++r) {
+      bool ok = true;
+      for (size_t i = 0; i < 5; ++i) ok = ok && sum[r][i] == static_cast<float>(Value(0, i) + Value(1, i) + 2 * step);
+      for (size_t i = 0; i < mean[r].size(); ++i)
+        ok = ok && std::fabs(mean[r][i] - static_cast<float>((Value(0, i) + Value(1, i)) / 3.0)) < 1e-5;
+      CHECK(ok, "join: rank " + std::to_string(r) + " step " + std::to_string(step) + ": zeros from rank 2");
+    }
+  }
+  {  // any other collective while a rank has joined: an error on the ranks that submitted it
+    Latch latch;
+    std::vector<std::vector<float>> bufs(2, std::vector<float>(2, 1.0f));
+    for (int r = 0; r < 2; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("ag", OpType::kAllgather, DataType::kFloat32, ReduceOp::kSum, {2}, bufs[r].data(),
+                             nullptr, &latch));
+      es.back().allocate = [](int64_t) -> void* { return nullptr; };
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& st : latch.statuses) {
+      CHECK(st.code() == Code::kMismatch, st.message());
+      CHECK(st.message().find("allgather 'ag' while rank(s) 2 have joined") != std::string::npos, st.message());
+    }
+  }
+  CHECK(rank2_join.left == 1, "join: rank 2's join returned before every rank joined");
+  Latch joins;
+  int32_t outs[2] = {-1, -1}, ins[2] = {0, 0};
+  for (int r = 0; r < 2; ++r) {
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1 joins last
+    std::vector<Entry> es;
+    es.push_back(MakeEntry("join", OpType::kJoin, DataType::kInt32, ReduceOp::kSum, {}, &ins[r], &outs[r], &joins));
+    job[r].Submit(std::move(es));
+  }
+  joins.Wait();
+  rank2_join.Wait();
+  for (const Status& st : joins.statuses) CHECK(st.ok(), "join: " + st.message());
+  CHECK(rank2_join.statuses[0].ok(), "join: rank 2: " + rank2_join.statuses[0].message());
+  CHECK(outs[0] == 1 && outs[1] == 1 && out2 == 1,
+        "join: last rank " + std::to_string(outs[0]) + ", " + std::to_string(outs[1]) + ", " + std::to_string(out2));
+  int round = 200;
+  TestAllreduce(job, true, {7, 300}, true, &round);  // every rank again, no one joined
+  {  // a joined rank waits as long as the others make progress, beyond the timeout (0.5 s, + 2 s on rank 1)
+    Job pair = MakeJob(2, false, /*timeout_s=*/0.5);
+    Latch joined;
+    int32_t in = 0, out1 = -1, out0 = -1;
+    std::vector<Entry> es;
+    es.push_back(MakeEntry("join", OpType::kJoin, DataType::kInt32, ReduceOp::kSum, {}, &in, &out1, &joined));
+    pair[1].Submit(std::move(es));
+    bool ok = true;
+    for (int step = 0; step < 12; ++step) {  // 3 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      Latch latch;
+      std::vector<double> v{1.0 + step, 2.0};
+      std::vector<Entry> one;
+      one.push_back(MakeEntry("w", OpType::kAllreduce, DataType::kFloat64, ReduceOp::kMean, {2}, v.data(), v.data(),
+                              &latch));
+      pair[0].Submit(std::move(one));
+      latch.Wait();
+      ok = ok && latch.statuses[0].ok() && v[0] == (1.0 + step) / 2 && v[1] == 1.0;
+    }
+    CHECK(ok, "join: a long wait: the all-reduces with the joined rank");
+    Latch last;
+    std::vector<Entry> mine;
+    mine.push_back(MakeEntry("join", OpType::kJoin, DataType::kInt32, ReduceOp::kSum, {}, &in, &out0, &last));
+    pair[0].Submit(std::move(mine));
+    last.Wait();
+    joined.Wait();
+    CHECK(last.statuses[0].ok() && joined.statuses[0].ok() && out0 == 0 && out1 == 0,
+          "join: a long wait: " + joined.statuses[0].message() + " / last rank " + std::to_string(out1));
+  }
+  std::fprintf(stderr, "join: 3 ranks, rank 2 joined first: zeros in sums and means, allgather refused, last rank "
+               "%d: %s\n", out2, g_failures == 0 ? "ok" : "FAILED");
+}
+
 // --- The coordinator on its own --------------------------------------------
 
 EntryMeta Meta(const std::string& key, OpType op, DataType dt, std::vector<int64_t> shape) {
@@ -774,12 +876,18 @@ void TestMessages() {
   resps[0].dim0s = {1, 0, 7};
   resps[1].keys = {"x#0", "y#3"};
   resps[1].error = "no";
+  resps[1].joined = {2, 0};  // joined ranks stand in for the keys, with their metas
+  resps[1].metas = {Meta("x#0", OpType::kAllreduce, DataType::kFloat64, {3, 2}),
+                    Meta("y#3", OpType::kAllreduce, DataType::kInt32, {})};
   const std::string exec = EncodeExecute(resps);
   std::vector<Response> rback;
   CHECK(DecodeExecute(exec, &rback).ok() && rback.size() == 2, "EXECUTE round trip");
   if (rback.size() == 2) {
     CHECK(rback[0].op == OpType::kAllgather && rback[0].dim0s == resps[0].dim0s && !rback[0].failed(), "EXECUTE 0");
     CHECK(rback[1].keys == resps[1].keys && rback[1].error == "no", "EXECUTE 1");
+    CHECK(rback[1].joined == resps[1].joined && rback[1].metas.size() == 2 &&
+              rback[1].metas[0].shape == resps[1].metas[0].shape && rback[1].metas[1].dtype == DataType::kInt32,
+          "EXECUTE 1 joined");
   }
   std::string reason;
   CHECK(DecodeBroken(EncodeBroken("dead"), &reason).ok() && reason == "dead", "BROKEN round trip");
@@ -1015,6 +1123,7 @@ int main(int argc, char** argv) {
   TestCApi();
   TestTimeline();
   TestNegotiationThroughTheRuntime();
+  TestJoin();
   TestHierarchical();
   TestCollectives(max_ranks);
   TestProtectedCollectives();

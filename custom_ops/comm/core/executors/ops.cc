@@ -10,6 +10,7 @@ std::unique_ptr<Executor> MakeAllgatherExecutor();
 std::unique_ptr<Executor> MakeBroadcastExecutor();
 std::unique_ptr<Executor> MakeAlltoallExecutor();
 std::unique_ptr<Executor> MakeReducescatterExecutor();
+std::unique_ptr<Executor> MakeJoinExecutor();
 
 namespace {
 
@@ -94,25 +95,37 @@ bool ReducescatterAgree(const EntryMeta& a, const EntryMeta& b) {
   return a.shape == b.shape && a.reduction == b.reduction;
 }
 
+// The answer (the last rank to join) lands in one int32.
+std::string JoinCheckLocal(const EntryMeta& m, int) {
+  return m.dtype == DataType::kInt32 && m.num_elements() == 1 ? "" : "join takes one int32 (its output)";
+}
+
+bool AlwaysAgree(const EntryMeta&, const EntryMeta&) { return true; }
+
 std::string NoCheck(const EntryMeta&, int, const std::string&) { return ""; }
 std::string NoLocalCheck(const EntryMeta&, int) { return ""; }
 
 const OpRow kOps[] = {
-    // op, name, check_local, agree, check_agreed, complete, fuses, make_executor, allocates_output
+    // op, name, check_local, agree, check_agreed, complete, fuses, make_executor, allocates_output,
+    // zeros_from_joined
     {OpType::kAllreduce, "allreduce", AllreduceCheckLocal, AllreduceAgree, NoCheck, nullptr,
-     AllreduceFuses, MakeAllreduceExecutor, false},
+     AllreduceFuses, MakeAllreduceExecutor, false, true},
     {OpType::kAllgather, "allgather", NoLocalCheck, AllgatherAgree, AllgatherCheckAgreed,
-     AllgatherComplete, nullptr, MakeAllgatherExecutor, true},
+     AllgatherComplete, nullptr, MakeAllgatherExecutor, true, false},
     {OpType::kBroadcast, "broadcast", NoLocalCheck, BroadcastAgree, BroadcastCheckAgreed, nullptr,
-     nullptr, MakeBroadcastExecutor, false},
+     nullptr, MakeBroadcastExecutor, false, false},
     // All-to-all agrees like all-gather (all but dimension 0); those ready
     // together fuse into one exchange (see custom_ops/comm/README.md).
     {OpType::kAlltoall, "alltoall", AlltoallCheckLocal, AllgatherAgree, NoCheck, AlltoallComplete,
-     AlltoallFuses, MakeAlltoallExecutor, true},
+     AlltoallFuses, MakeAlltoallExecutor, true, false},
     // Not fused: each tensor's blocks are its own rows, so a bucket would not
     // be one ring segment per rank.
     {OpType::kReducescatter, "reducescatter", ReducescatterCheckLocal, ReducescatterAgree, NoCheck,
-     nullptr, nullptr, MakeReducescatterExecutor, true},
+     nullptr, nullptr, MakeReducescatterExecutor, true, false},
+    // Horovod's join: negotiated by the coordinator (a joined rank answers
+    // for the all-reduces that follow); the answer is the last rank to join.
+    {OpType::kJoin, "join", JoinCheckLocal, AlwaysAgree, NoCheck, nullptr, nullptr, MakeJoinExecutor, false,
+     false},
 };
 
 }  // namespace

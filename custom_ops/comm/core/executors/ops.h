@@ -36,6 +36,9 @@ struct OpRow {
   // is known only once every rank's request is (all-gather, all-to-all), or
   // depends on the rank (reduce-scatter).
   bool allocates_output;
+  // Whether the other ranks may still run it after a rank joined (Horovod's
+  // join): the joined rank takes part with zeros. Otherwise it fails then.
+  bool zeros_from_joined;
 };
 
 // The row of `op`, or null when it is not a known op (a code off the wire).

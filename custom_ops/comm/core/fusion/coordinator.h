@@ -18,7 +18,8 @@ class Coordinator {
  public:
   // alltoall_fusion = false: every all-to-all runs alone (to measure what fusing them gains).
   Coordinator(int size, size_t bucket_bytes, double timeout_s, bool alltoall_fusion = true)
-      : size_(size), bucket_bytes_(bucket_bytes), timeout_s_(timeout_s), alltoall_fusion_(alltoall_fusion) {}
+      : size_(size), bucket_bytes_(bucket_bytes), timeout_s_(timeout_s), alltoall_fusion_(alltoall_fusion),
+        joined_(size, false) {}
 
   // Rank `rank` is ready with `meta`. A key a rank submits again before the
   // last one completed opens a new round: each rank's k-th request of a key
@@ -47,6 +48,13 @@ class Coordinator {
   };
   // An ERROR response if the ranks disagree on `p`, else an empty string.
   std::string Disagreement(const std::string& key, const Pending& p) const;
+  // Ranks that joined (hvd.join) and did not submit `p`: they answer for it.
+  std::vector<int32_t> StandIns(const Pending& p) const;
+  // Moves the oldest rounds of `key` that every rank submitted or stands in
+  // for into ready_ (a join round: every rank submitted it).
+  void CompleteRounds(const std::string& key, Clock::time_point now);
+  // A rank joined: every key may now be complete.
+  void Join(int rank, Clock::time_point now);
 
   const int size_;
   const size_t bucket_bytes_;
@@ -57,6 +65,9 @@ class Coordinator {
   // Per key and rank: requests still to come for rounds that timed out
   // without them; they are dropped, not paired with the others' next round.
   std::map<std::string, std::vector<int>> late_;
+  // Who joined since the last join round completed; the last one to join.
+  std::vector<bool> joined_;
+  int last_joined_ = -1;
 
  public:
   size_t pending_keys() const { return pending_.size() + late_.size(); }  // for the memory tests

@@ -76,21 +76,50 @@ std::string EntryMeta::Describe() const {
   return s;
 }
 
+namespace {
+
+void PutMeta(Writer& w, const EntryMeta& m) {
+  w.PutString(m.key);
+  w.Put<uint8_t>(static_cast<uint8_t>(m.op));
+  w.Put<int32_t>(static_cast<int32_t>(m.dtype));
+  w.Put<int32_t>(static_cast<int32_t>(m.reduction));
+  w.Put<int32_t>(static_cast<int32_t>(m.compression));
+  w.Put<int32_t>(m.root);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.shape.size()));
+  for (int64_t d : m.shape) w.Put<int64_t>(d);
+  w.Put<uint32_t>(static_cast<uint32_t>(m.splits.size()));
+  for (int64_t d : m.splits) w.Put<int64_t>(d);
+}
+
+bool GetMeta(Reader& r, EntryMeta* m) {
+  uint8_t op;
+  int32_t dtype, red, comp;
+  uint32_t ndims;
+  if (!r.GetString(&m->key) || !r.Get(&op) || !r.Get(&dtype) || !r.Get(&red) || !r.Get(&comp) ||
+      !r.Get(&m->root) || !r.Get(&ndims) || ndims > 64 || FindOp(op) == nullptr || !ValidDataType(dtype) ||
+      !ValidReduceOp(red) || !ValidCompression(comp))
+    return false;
+  m->op = static_cast<OpType>(op);
+  m->dtype = static_cast<DataType>(dtype);
+  m->reduction = static_cast<ReduceOp>(red);
+  m->compression = static_cast<Compression>(comp);
+  m->shape.resize(ndims);
+  for (auto& d : m->shape)
+    if (!r.Get(&d)) return false;
+  uint32_t nsplits;
+  if (!r.Get(&nsplits) || nsplits > (1u << 16)) return false;
+  m->splits.resize(nsplits);
+  for (auto& d : m->splits)
+    if (!r.Get(&d)) return false;
+  return true;
+}
+
+}  // namespace
+
 std::string EncodeReady(const std::vector<EntryMeta>& metas) {
   Writer w;
   w.Put<uint32_t>(static_cast<uint32_t>(metas.size()));
-  for (const EntryMeta& m : metas) {
-    w.PutString(m.key);
-    w.Put<uint8_t>(static_cast<uint8_t>(m.op));
-    w.Put<int32_t>(static_cast<int32_t>(m.dtype));
-    w.Put<int32_t>(static_cast<int32_t>(m.reduction));
-    w.Put<int32_t>(static_cast<int32_t>(m.compression));
-    w.Put<int32_t>(m.root);
-    w.Put<uint32_t>(static_cast<uint32_t>(m.shape.size()));
-    for (int64_t d : m.shape) w.Put<int64_t>(d);
-    w.Put<uint32_t>(static_cast<uint32_t>(m.splits.size()));
-    for (int64_t d : m.splits) w.Put<int64_t>(d);
-  }
+  for (const EntryMeta& m : metas) PutMeta(w, m);
   return w.Take();
 }
 
@@ -100,25 +129,7 @@ Status DecodeReady(const std::string& payload, std::vector<EntryMeta>* metas) {
   if (!r.Get(&n)) return Malformed("READY");
   for (uint32_t i = 0; i < n; ++i) {
     EntryMeta m;
-    uint8_t op;
-    int32_t dtype, red, comp;
-    uint32_t ndims;
-    if (!r.GetString(&m.key) || !r.Get(&op) || !r.Get(&dtype) || !r.Get(&red) || !r.Get(&comp) ||
-        !r.Get(&m.root) || !r.Get(&ndims) || ndims > 64 || FindOp(op) == nullptr || !ValidDataType(dtype) ||
-        !ValidReduceOp(red) || !ValidCompression(comp))
-      return Malformed("READY");
-    m.op = static_cast<OpType>(op);
-    m.dtype = static_cast<DataType>(dtype);
-    m.reduction = static_cast<ReduceOp>(red);
-    m.compression = static_cast<Compression>(comp);
-    m.shape.resize(ndims);
-    for (auto& d : m.shape)
-      if (!r.Get(&d)) return Malformed("READY");
-    uint32_t nsplits;
-    if (!r.Get(&nsplits) || nsplits > (1u << 16)) return Malformed("READY");
-    m.splits.resize(nsplits);
-    for (auto& d : m.splits)
-      if (!r.Get(&d)) return Malformed("READY");
+    if (!GetMeta(r, &m)) return Malformed("READY");
     metas->push_back(std::move(m));
   }
   return r.done() ? Status::Ok() : Malformed("READY");
@@ -134,6 +145,10 @@ std::string EncodeExecute(const std::vector<Response>& responses) {
     w.PutString(resp.error);
     w.Put<uint32_t>(static_cast<uint32_t>(resp.dim0s.size()));
     for (int64_t d : resp.dim0s) w.Put<int64_t>(d);
+    w.Put<uint32_t>(static_cast<uint32_t>(resp.joined.size()));
+    for (int32_t j : resp.joined) w.Put<int32_t>(j);
+    w.Put<uint32_t>(static_cast<uint32_t>(resp.metas.size()));
+    for (const EntryMeta& m : resp.metas) PutMeta(w, m);
   }
   return w.Take();
 }
@@ -157,6 +172,15 @@ Status DecodeExecute(const std::string& payload, std::vector<Response>* response
     resp.dim0s.resize(ndims);
     for (auto& d : resp.dim0s)
       if (!r.Get(&d)) return Malformed("EXECUTE");
+    uint32_t njoined, nmetas;
+    if (!r.Get(&njoined) || njoined > (1u << 20)) return Malformed("EXECUTE");
+    resp.joined.resize(njoined);
+    for (auto& j : resp.joined)
+      if (!r.Get(&j)) return Malformed("EXECUTE");
+    if (!r.Get(&nmetas) || nmetas > nkeys) return Malformed("EXECUTE");
+    resp.metas.resize(nmetas);
+    for (auto& m : resp.metas)
+      if (!GetMeta(r, &m)) return Malformed("EXECUTE");
     responses->push_back(std::move(resp));
   }
   return r.done() ? Status::Ok() : Malformed("EXECUTE");

@@ -19,6 +19,12 @@
 //      Every rank runs the responses in the order received, so all ranks
 //      enter the same collectives in the same order whatever order their
 //      requests arrived in.
+//   Join (Horovod's hvd.join): a rank that submits JOIN counts as READY, with
+//   zeros, for every later all-reduce until every rank has joined; the
+//   response then names it in `joined` and carries the keys' metas, so that
+//   the joined rank runs the ring with zeros of its own. Any other op while a
+//   rank has joined fails on the ranks that submitted it. The JOIN round
+//   completes when every rank joined and answers the rank that joined last.
 //   4. A key not READY on every rank within the timeout becomes an ERROR
 //      naming the ranks that are missing. A rank that hits an unrecoverable
 //      error sends BROKEN{reason}; rank 0 forwards it to all.
@@ -34,7 +40,9 @@
 namespace tfx::comm {
 
 // The codes are the C API's TFX_OP_ values; each has a row in executors/ops.cc.
-enum class OpType : uint8_t { kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kAlltoall = 4, kReducescatter = 5 };
+enum class OpType : uint8_t {
+  kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kAlltoall = 4, kReducescatter = 5, kJoin = 6
+};
 const char* OpTypeName(OpType op);  // the op table's name
 
 struct EntryMeta {
@@ -59,7 +67,13 @@ struct Response {
   // What the op row's `complete` adds. All-gather: the first dimension on
   // each rank. All-to-all: every rank's splits, rank after rank (size*size:
   // rank i sends dim0s[i*size + j] rows to rank j).
+  // Join: the last rank to join.
   std::vector<int64_t> dim0s;
+  // Ranks that had joined and did not submit these keys: they take part with
+  // zeros (all-reduce), or the keys fail; with `metas`, one per key (the
+  // request of a rank that submitted it), so that they know what to reduce.
+  std::vector<int32_t> joined;
+  std::vector<EntryMeta> metas;
   bool failed() const { return !error.empty(); }
 };
 

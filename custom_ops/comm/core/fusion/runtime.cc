@@ -7,6 +7,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "custom_ops/comm/core/interrupt.h"
@@ -395,10 +396,19 @@ void Runtime::Run(const std::vector<Response>& responses) {
   for (const Response& resp : responses) {
     std::vector<Entry> entries;
     bool missing = false;
+    // This rank joined (hvd.join) and stands in for keys it never submitted.
+    const bool stand_in = std::find(resp.joined.begin(), resp.joined.end(), rank_) != resp.joined.end();
+    std::vector<std::vector<char>> zeros;  // the stand-in entries' buffers
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.ok()) return;
-      for (const std::string& key : resp.keys) {
+      for (size_t k = 0; k < resp.keys.size(); ++k) {
+        const std::string& key = resp.keys[k];
+        if (stand_in && !resp.failed() && k < resp.metas.size() && pending_.count(key) == 0) {
+          entries.push_back(StandInEntry(resp.metas[k], &zeros));
+          continue;
+        }
+        if (stand_in && resp.failed() && pending_.count(key) == 0) continue;  // the others' error
         auto orphan = orphan_answers_.find(key);
         if (orphan != orphan_answers_.end()) {  // the answer to a request timed out here
           if (--orphan->second == 0) orphan_answers_.erase(orphan);
@@ -434,6 +444,7 @@ void Runtime::Run(const std::vector<Response>& responses) {
       Fail(st);
       return;
     }
+    if (stand_in) KeepJoinWaiting();
     std::vector<Entry*> ptrs;
     for (Entry& e : entries) ptrs.push_back(&e);
     const bool traced = timeline_.enabled();
@@ -457,6 +468,24 @@ void Runtime::Run(const std::vector<Response>& responses) {
       return;
     }
   }
+}
+
+Entry Runtime::StandInEntry(const EntryMeta& meta, std::vector<std::vector<char>>* zeros) {
+  Entry e;
+  e.meta = meta;
+  zeros->emplace_back(meta.bytes(), 0);  // reduced in place: zeros in, the others' result out
+  e.input = e.output = zeros->back().data();
+  e.submitted = Clock::now();
+  e.done = [](const Status&) {};
+  return e;
+}
+
+void Runtime::KeepJoinWaiting() {
+  // The others still train: this rank's join is timed from their progress.
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  for (auto& [key, e] : pending_)
+    if (e.meta.op == OpType::kJoin) e.submitted = now;
 }
 
 Status Runtime::RootCause(const Status& local) {

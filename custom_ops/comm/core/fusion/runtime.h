@@ -84,6 +84,10 @@ class Runtime {
   void Fail(const Status& status);
   void HandleFrame(int from, const Frame& frame, std::vector<Response>* to_run);
   void Run(const std::vector<Response>& responses);
+  // Horovod's join: an entry of zeros for a key this joined rank never
+  // submitted (buffers kept in `zeros`), and its own join's wait restarted.
+  static Entry StandInEntry(const EntryMeta& meta, std::vector<std::vector<char>>* zeros);
+  void KeepJoinWaiting();
   void CheckLocalTimeouts(Clock::time_point now);
   // A SIGINT came since the last look (interrupt.h): fail what waits, naming
   // it, and tell the peers; then let Python raise KeyboardInterrupt.
