@@ -45,9 +45,10 @@ the shared-memory transport needs. The answer is bound into the MACs.
 After the handshake both sides derive the connection's two wire keys
 (:func:`wire_keys`: HKDF-SHA256 of the secret, both nonces and the
 transcript; one key per direction) and hand them to C++ with the fd: the
-data connections then carry AES-256-GCM frames (``TFX_WIRE_PROTECTION``,
-``core/transport/frame_protection.h``), so a relay that passed the handshake
-through still cannot change, drop, reorder or replay what follows.
+data, control and service connections then carry AES-256-GCM frames
+(``TFX_WIRE_PROTECTION``, ``core/transport/frame_protection.h``), so a relay
+that passed the handshake through still cannot change, drop, reorder or
+replay what follows.
 
 Why Python's hmac here rather than OpenSSL in the C++ library: TensorFlow's
 ``libtensorflow_framework.so`` exports BoringSSL's symbols (HMAC, EVP_*) under
@@ -102,6 +103,8 @@ class Connections:
     same_host: list[bool]
     # [size]: the data connection's wire keys (this rank's send key + receive key; b"" at this rank)
     data_keys: list[bytes] = dataclasses.field(default_factory=list)
+    # [size]: the control connection's, laid out the same (rank 0: every other rank; others: [0])
+    ctrl_keys: list[bytes] = dataclasses.field(default_factory=list)
 
 
 _SHM_DIR = "/dev/shm"
@@ -526,14 +529,16 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
         same_host[peer] = shares_shm
         keys[peer] = peer_keys
         data_fds[peer] = sock.detach()
-    for peer, (sock, _, _) in ctrl.items():
+    ctrl_keys = [b""] * size
+    for peer, (sock, _, peer_keys) in ctrl.items():
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        ctrl_keys[peer] = peer_keys
         ctrl_fds[peer] = sock.detach()
-    return Connections(data_fds, ctrl_fds, same_host, keys)
+    return Connections(data_fds, ctrl_fds, same_host, keys, ctrl_keys)
 
 
 def connect_service(role: str, index: int, server_addresses: list[str], num_clients: int, secret: bytes,
-                    timeout_s: float) -> tuple[list[int], list[bool]]:
+                    timeout_s: float) -> tuple[list[int], list[bool], list[bytes]]:
     """Connects a bipartite request/response service: every client to every server.
 
     A server (``role="server"``) listens on ``server_addresses[index]`` only and
@@ -541,9 +546,9 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
     connects to every server. Each connection is authenticated with the
     handshake above on channel ``SERVICE`` (client index as the client rank,
     server index as the server rank, ``num_clients`` as the size), so it
-    cannot be taken for a collective connection. Returns (fds, same_host),
-    one entry per peer (clients for a server, servers for a client); the fds
-    are the caller's.
+    cannot be taken for a collective connection. Returns (fds, same_host,
+    wire keys: this end's send key + receive key, 64 bytes), one entry per
+    peer (clients for a server, servers for a client); the fds are the caller's.
     """
     if role not in ("server", "client"):
         raise ValueError(f"Expected role 'server' or 'client'. Received: role={role!r}")
@@ -570,9 +575,10 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
             for sock, _, _ in conns:
                 sock.close()
             raise
-    fds, same_host = [], []
-    for sock, same, _ in conns:
+    fds, same_host, keys = [], [], []
+    for sock, same, peer_keys in conns:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         same_host.append(same)
+        keys.append(peer_keys)
         fds.append(sock.detach())
-    return fds, same_host
+    return fds, same_host, keys
