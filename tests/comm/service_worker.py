@@ -67,8 +67,8 @@ def serve(index, addresses, num_clients, scenario):
         server.serve(handler)
     except Exception as e:  # noqa: BLE001
         print(f"ERROR {type(e).__name__}: {e}", flush=True)
-        print("LOST", json.dumps(server.lost), "AT", time.time(), flush=True)
         print("TABLE", json.dumps(table), flush=True)
+        print("LOST", json.dumps(server.lost), "AT", time.time(), flush=True)
         sys.exit(3)
     print("TABLE", json.dumps(table), flush=True)
     print("RESULT", json.dumps({"lost": server.lost}), flush=True)
@@ -141,10 +141,10 @@ def client(index, addresses, num_clients, scenario):
             while time.time() < deadline:
                 expect_echo(b"x" * 100, c.call([(0, ECHO, b"x" * 100)])[0])
                 time.sleep(0.01)
-        elif scenario == "latency":
-            payload = os.urandom(4096)
+        elif scenario == "latency":  # SERVICE_LATENCY_BYTES / _CALLS: benchmarks/service_protection.py
+            payload = os.urandom(int(os.environ.get("SERVICE_LATENCY_BYTES", 4096)))
             samples = []
-            for i in range(2200):
+            for i in range(200 + int(os.environ.get("SERVICE_LATENCY_CALLS", 2000))):
                 t = time.perf_counter()
                 c.call([(0, ECHO, payload)])
                 if i >= 200:
