@@ -390,7 +390,7 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
       }
     } else {
       if (!fds.empty()) poll(fds.data(), fds.size(), 0);
-      shm->link->pair->Block(true, shm->sending(), fds.empty() ? kInterruptCheckMs : 100);
+      shm->link->pair->Block(true, shm->sending(), fds.empty() ? 2000 : 100);  // microseconds
       for (Exchange* x : active) {
         if (x->done || x->link->pair->poll_fd() >= 0) continue;
         Status alive = x->link->pair->CheckAlive();
