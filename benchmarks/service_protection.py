@@ -64,11 +64,13 @@ def markdown(report: dict) -> str:
         base = report["results"][size]["none"]["p50_us"]
         for mode in MODES:
             r = report["results"][size][mode]
-            lines.append(f"| {common.fmt_bytes(int(size))} | {mode} | {r['p50_us']:.0f} us | {r['p99_us']:.0f} us | "
-                         f"{(r['p50_us'] / base - 1) * 100:+.0f}% |")
+            lines.append(f"| {common.fmt_bytes(int(size))} | {mode} | {r['p50_us']:.0f} us | "
+                         f"{r['p99_us']:.0f} us | {(r['p50_us'] / base - 1) * 100:+.0f}% |")
+
+    def per_round(size: str, mode: str) -> str:
+        return ", ".join(f"{x:.0f}" for x in report["results"][size][mode]["rounds_p50_us"])
     lines += ["", "Per round p50 (us): " + "; ".join(
-        f"{common.fmt_bytes(int(size))} {m}: {', '.join(f'{x:.0f}' for x in report['results'][size][m]['rounds_p50_us'])}"
-        for size in report["sizes"] for m in MODES)]
+        f"{common.fmt_bytes(int(size))} {m}: {per_round(size, m)}" for size in report["sizes"] for m in MODES)]
     return "\n".join(lines)
 
 

@@ -14,7 +14,6 @@ replays one frame of the wire protection on the connection under attack:
 """
 
 import json
-import time
 
 import pytest
 
@@ -38,7 +37,8 @@ def test_tampering_with_the_control_connection_names_the_peer(attack, protection
     assert "control connection from rank 1" in victim and "integrity check" in victim, victim
     detected = max(body["time"] for _, body in results) - attacked_at
     assert detected < 5, f"detected after {detected:.1f} s"
-    reliability(f"attack: a relay {attack.replace('_frame', 's')} a frame of the control connection "
+    verb = {"flip_frame": "flips a bit in", "replay": "replays", "drop": "drops"}[attack]
+    reliability(f"attack: a relay {verb} a frame of the control connection "
                 f"(rank 1 to rank 0; TFX_WIRE_PROTECTION={protection})",
                 f"both ranks fail naming the peer; rank 0: {victim[:110]}",
                 round(max(detected, 0.0), 3), "the collective (no wrong result)")
@@ -99,6 +99,7 @@ def test_tampering_with_a_service_connection_names_the_peer(attack, protection, 
     detected = client_at - attacked_at
     assert detected < 5, f"the client failed {detected:.1f} s after the attack"
     side = "a client's push" if direction == "to_server" else "a server's reply"
-    reliability(f"attack: a relay {attack.replace('_frame', 's')} a frame of {side} on a parameter-server "
+    verb = {"flip_frame": "flips a bit in", "replay": "replays", "drop": "drops"}[attack]
+    reliability(f"attack: a relay {verb} a frame of {side} on a parameter-server "
                 f"service connection (TFX_WIRE_PROTECTION={protection})",
                 f"both sides fail naming the peer; {victim[:130]}", round(max(detected, 0.0), 3), lost)
