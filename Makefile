@@ -30,8 +30,21 @@ $(CPP_TEST_DIR)/%.o: %.cc $(COMM_HEADERS)
 $(CPP_TEST_DIR)/runtime_test: $(COMM_TEST_OBJS)
 	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
 
-cpp-test: $(CPP_TEST_DIR)/runtime_test
+# The service's and the parameter server's decoders, fuzzed in process.
+SERVICE_FUZZ_SRCS := $(shell find custom_ops/comm/core custom_ops/embedding/core custom_ops/embedding/server -name '*.cc' ! -name '*_test.cc') custom_ops/comm/tests/service_fuzz_test.cc
+SERVICE_FUZZ_OBJS := $(SERVICE_FUZZ_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
+EMBEDDING_HEADERS := $(shell find custom_ops/embedding -name '*.h')
+
+$(CPP_TEST_DIR)/custom_ops/embedding/%.o: custom_ops/embedding/%.cc $(COMM_HEADERS) $(EMBEDDING_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -pthread -Wall -Wno-sign-compare -I. -c $< -o $@
+
+$(CPP_TEST_DIR)/service_fuzz_test: $(SERVICE_FUZZ_OBJS)
+	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
+
+cpp-test: $(CPP_TEST_DIR)/runtime_test $(CPP_TEST_DIR)/service_fuzz_test
 	$(CPP_TEST_DIR)/runtime_test
+	$(CPP_TEST_DIR)/service_fuzz_test
 
 # RELIABILITY.md: every fault, bad input and attack test (pytest -m reliability),
 # the long ones too (soak, minutes of fuzzing; RELIABILITY_LONG=0 leaves them out).

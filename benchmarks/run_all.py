@@ -346,6 +346,14 @@ def wire_section() -> list[str]:
          "`benchmarks/results/wire_protection.md`, which is copied here."])
 
 
+def service_wire_section() -> list[str]:
+    """The cost of TFX_WIRE_PROTECTION on the PS service (benchmarks/service_protection.py, run on its own)."""
+    return _copied_section(
+        "service_protection.md", "## Wire protection of the parameter-server service",
+        ["Not rerun by this command: `python benchmarks/service_protection.py` rewrites "
+         "`benchmarks/results/service_protection.md`, which is copied here."])
+
+
 def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
                    commit: str | None = None) -> str:
     import platform
@@ -401,6 +409,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
     lines += timeline_section()
     lines += design_section()
     lines += wire_section()
+    lines += service_wire_section()
     missing = [r["script"] for r in runs.values() if r["status"] == "missing"]
     failed = [(r["script"], r) for r in runs.values() if r["status"] not in ("ok", "missing")]
     if missing or failed:

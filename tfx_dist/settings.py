@@ -173,7 +173,8 @@ SETTINGS = {
         Setting("TFX_SHM", True, _Bool(),
                 "Use shared memory between processes on the same host (else TCP)."),
         Setting("TFX_WIRE_PROTECTION", "integrity", _Choice("none", "integrity", "encrypt"),
-                "Protection of the collective runtime's TCP data connections after the "
+                "Protection of the TCP connections (collectives' data and control, "
+                "parameter-server service) after the "
                 "authenticated handshake (AES-256-GCM, a key per connection and direction "
                 "derived from the job secret and the handshake's nonces, frames numbered): "
                 "`integrity` authenticates every frame (payload in clear), `encrypt` also "

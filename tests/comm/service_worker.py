@@ -22,7 +22,8 @@ sys.path.insert(0, ROOT)
 from tfx_dist.comm import rendezvous  # noqa: E402
 from tfx_dist.comm.service import ServiceClient, ServiceServer  # noqa: E402
 
-ECHO, SIZED, FAIL, WAIT_FOR_OTHER, ARRIVE = 1, 2, 3, 4, 5
+ECHO, SIZED, FAIL, WAIT_FOR_OTHER, ARRIVE, PUSH, GET = 1, 2, 3, 4, 5, 6, 7
+PUSH_BYTES = 1 << 20  # a push spans several frames of the wire protection (128 KiB each)
 SIZES = [0, 1, 4097, (5 << 20) + 3]
 
 
@@ -36,8 +37,15 @@ def xor(data: bytes) -> bytes:
 
 def serve(index, addresses, num_clients, scenario):
     arrived = threading.Event()
+    table = {"pushes": 0, "sum": 0}  # what PUSH requests changed (a parameter server's table)
 
     def handler(client, kind, payload):
+        if kind == PUSH:
+            table["pushes"] += 1
+            table["sum"] += sum(payload)
+            return b""
+        if kind == GET:
+            return json.dumps(table).encode()
         if kind == ECHO:
             return payload if scenario == "plain" else xor(payload[:64]) + payload[64:]
         if kind == SIZED:
@@ -59,8 +67,10 @@ def serve(index, addresses, num_clients, scenario):
         server.serve(handler)
     except Exception as e:  # noqa: BLE001
         print(f"ERROR {type(e).__name__}: {e}", flush=True)
+        print("TABLE", json.dumps(table), flush=True)
         print("LOST", json.dumps(server.lost), "AT", time.time(), flush=True)
         sys.exit(3)
+    print("TABLE", json.dumps(table), flush=True)
     print("RESULT", json.dumps({"lost": server.lost}), flush=True)
 
 
@@ -68,7 +78,22 @@ def expect_echo(payload: bytes, reply: bytes) -> None:
     assert reply == xor(payload[:64]) + payload[64:], (len(payload), len(reply))
 
 
+def redirect_to_relay(server_address: str, relay_port: int) -> None:
+    """Connections to server_address go to the test's relay instead (test_tamper_service_control.py)."""
+    host, port = server_address.rsplit(":", 1)
+    real = socket.create_connection
+
+    def create_connection(address, *args, **kwargs):
+        if address == (host, int(port)):
+            address = ("127.0.0.1", relay_port)
+        return real(address, *args, **kwargs)
+
+    rendezvous.socket.create_connection = create_connection
+
+
 def client(index, addresses, num_clients, scenario):
+    if os.environ.get("TFX_TEST_RELAY_PORT"):
+        redirect_to_relay(addresses[0], int(os.environ["TFX_TEST_RELAY_PORT"]))
     c = ServiceClient(index, addresses, num_clients)
     print("READY", json.dumps([c.transport(s) for s in range(len(addresses))]), flush=True)
     result = {}
@@ -91,6 +116,18 @@ def client(index, addresses, num_clients, scenario):
         elif scenario == "arrive_late":
             time.sleep(0.3)
             result["reply"] = c.call([(0, ARRIVE, b"")])[0].decode()
+        elif scenario == "pushes":  # three pushes, then the table as the server has it
+            for k in range(3):
+                c.call([(0, PUSH, bytes([k + 1]) * PUSH_BYTES)])
+            result["table"] = json.loads(c.call([(0, GET, b"")])[0])
+        elif scenario == "stuck_call":  # waits in the handler (5 s) until the test's SIGINT
+            print("CALLING", flush=True)
+            try:
+                c.call([(0, WAIT_FOR_OTHER, b"")])
+            except KeyboardInterrupt as e:
+                print("INTERRUPTED", json.dumps({"message": str(e), "time": time.time()}), flush=True)
+                os._exit(4)
+            result["interrupted"] = False
         elif scenario == "idle":
             time.sleep(60)
         elif scenario == "keep_calling":  # until a failure (or 20 s)
@@ -104,10 +141,10 @@ def client(index, addresses, num_clients, scenario):
             while time.time() < deadline:
                 expect_echo(b"x" * 100, c.call([(0, ECHO, b"x" * 100)])[0])
                 time.sleep(0.01)
-        elif scenario == "latency":
-            payload = os.urandom(4096)
+        elif scenario == "latency":  # SERVICE_LATENCY_BYTES / _CALLS: benchmarks/service_protection.py
+            payload = os.urandom(int(os.environ.get("SERVICE_LATENCY_BYTES", 4096)))
             samples = []
-            for i in range(2200):
+            for i in range(200 + int(os.environ.get("SERVICE_LATENCY_CALLS", 2000))):
                 t = time.perf_counter()
                 c.call([(0, ECHO, payload)])
                 if i >= 200:

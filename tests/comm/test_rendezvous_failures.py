@@ -7,6 +7,7 @@ reported as "job secret differs".
 
 import secrets
 import socket
+import threading
 import time
 
 import pytest
@@ -82,3 +83,33 @@ def test_an_own_host_that_does_not_resolve_names_the_address_and_tf_config(relia
     assert "rank 0" in message, message
     reliability("this rank's own host in the cluster does not resolve",
                 f"RendezvousError: {message[:160]}", detected_s=0.0)
+
+
+def test_a_rank_that_fails_before_connecting_stops_rank_0_at_once(reliability):
+    # Rank 1's own host does not resolve: it cannot listen, so it never
+    # connects. Without a launcher, rank 0 learns it from rank 1's ABORT.
+    port = procs.free_addresses(1)[0].rsplit(":", 1)[1]
+    addresses = [f"127.0.0.1:{port}", "no-such-host.invalid:12345"]
+    outcome = {}
+
+    def rank_0():
+        try:
+            rendezvous.connect_all(0, 2, addresses, b"s", timeout_s=60)
+        except RendezvousError as e:
+            outcome["error"], outcome["at"] = str(e), time.monotonic()
+
+    t = threading.Thread(target=rank_0, daemon=True)
+    t.start()
+    time.sleep(0.3)  # rank 0 listens
+    failed_at = time.monotonic()
+    with pytest.raises(RendezvousError) as e:
+        rendezvous.connect_all(1, 2, addresses, b"s", timeout_s=60)
+    assert "no-such-host.invalid" in str(e.value)
+    t.join(timeout=10)
+    assert "error" in outcome, "rank 0 still waits 10 s after rank 1 failed (TFX_TIMEOUT_S is 60 s)"
+    message, detected = outcome["error"], outcome["at"] - failed_at
+    assert "rank 1 failed before it could connect" in message and "no-such-host.invalid" in message, message
+    assert detected < 5, detected
+    reliability("without the launcher, a rank fails before connecting (its own host does not resolve)",
+                f"it tells rank 0 (authenticated ABORT), which fails at once: {message[:150]}",
+                round(detected, 3), "the job (as it must)")

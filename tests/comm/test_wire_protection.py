@@ -40,12 +40,19 @@ def _recv_exact(sock, n):
 
 
 class Relay:
-    """Listens on a free port; each client connection is relayed to `server`."""
+    """Listens on a free port; each client connection is relayed to `server`.
 
-    def __init__(self, server: str, attack: str):
+    The attack hits frame `target` of the connections on `channel` (the
+    rendezvous's DATA 1, CONTROL 2, SERVICE 3), from the client (`to_server`)
+    or from the server (`to_client`).
+    """
+
+    def __init__(self, server: str, attack: str, channel: int = DATA_CHANNEL, target: int = TARGET_FRAME,
+                 direction: str = "to_server"):
         host, port = server.rsplit(":", 1)
         self.server = (host, int(port))
         self.attack = attack
+        self.channel, self.target, self.direction = channel, target, direction
         self.attacked_at = None
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -84,11 +91,12 @@ class Relay:
                 if s is not None:
                     s.close()
             return
-        threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
-        if channel == DATA_CHANNEL and self.attack != "pass":
-            self._attack(client, server)
+        src, dst = (client, server) if self.direction == "to_server" else (server, client)
+        threading.Thread(target=self._pump, args=(dst, src), daemon=True).start()
+        if channel == self.channel and self.attack != "pass":
+            self._attack(src, dst)
         else:
-            self._pump(client, server)
+            self._pump(src, dst)
 
     @staticmethod
     def _pump(src, dst):
@@ -125,17 +133,22 @@ class Relay:
                 while True:
                     head = _recv_exact(src, 4)
                     frame = head + _recv_exact(src, struct.unpack("<I", head)[0] + 16)
-                    if frames == TARGET_FRAME and self.attack == "drop":
+                    target = frames == self.target
+                    if target and self.attack == "drop":
                         self.attacked_at = time.time()
-                    elif frames == TARGET_FRAME and self.attack == "reorder":
+                    elif target and self.attack == "reorder":
                         held = frame
-                    elif frames == TARGET_FRAME and self.attack == "replay":
+                    elif target and self.attack == "replay":
                         dst.sendall(frame + frame)
                         self.attacked_at = time.time()
-                    elif frames == TARGET_FRAME and self.attack == "random_frame":
+                    elif target and self.attack == "flip_frame":  # one bit of the frame's payload
+                        at = 4 + (len(frame) - 20) // 2
+                        dst.sendall(frame[:at] + bytes([frame[at] ^ 0x10]) + frame[at + 1:])
+                        self.attacked_at = time.time()
+                    elif target and self.attack == "random_frame":
                         dst.sendall(head + os.urandom(len(frame) - 4))
                         self.attacked_at = time.time()
-                    elif frames == TARGET_FRAME and self.attack == "huge_length":
+                    elif target and self.attack == "huge_length":
                         dst.sendall(struct.pack("<I", 1 << 31) + frame[4:])
                         self.attacked_at = time.time()
                     else:
@@ -153,9 +166,10 @@ class Relay:
         self.sock.close()
 
 
-def run_through_relay(attack: str, protection: str, timeout: float = 60):
+def run_through_relay(attack: str, protection: str, timeout: float = 60, **where):
+    """Runs wire_worker.py's 2 ranks through a Relay(attack, **where)."""
     addresses = free_addresses(2)
-    relay = Relay(addresses[0], attack)
+    relay = Relay(addresses[0], attack, **where)
     env = dict(os.environ, TFX_JOB_SECRET="wire-secret", TFX_SHM="0", TFX_TIMEOUT_S="20",
                TFX_WIRE_PROTECTION=protection, PYTHONUNBUFFERED="1")
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "wire_worker.py"), str(rank),

@@ -161,12 +161,14 @@ class Communicator:
             conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s)
         else:
             conns = None
-        # TCP data connections: integrity (or encryption) keyed by the rendezvous.
+        # TCP data and control connections: integrity (or encryption) keyed by the rendezvous.
         self.wire_protection = str(settings.get("TFX_WIRE_PROTECTION"))
         if conns and self.wire_protection != "none":
             keys = b"".join(k or bytes(64) for k in conns.data_keys)
+            ctrl_keys = b"".join(k or bytes(64) for k in conns.ctrl_keys)
             options.wire_protection = _native.WIRE_PROTECTION[self.wire_protection]
             options.wire_keys = keys  # read by tfx_comm_create only; `keys` outlives the call
+            options.ctrl_wire_keys = ctrl_keys
         data = conns.data_fds if conns else [-1]
         ctrl = conns.ctrl_fds if conns else [-1]
         same = [int(x) for x in conns.same_host] if conns else [0]

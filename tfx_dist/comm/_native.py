@@ -64,7 +64,7 @@ class Options(ctypes.Structure):
                 ("timeline_path", ctypes.c_char_p), ("timeline_mark_cycles", ctypes.c_int32),
                 ("hierarchical_min_stripe_bytes", ctypes.c_int64),
                 ("wire_protection", ctypes.c_int32), ("wire_keys", ctypes.c_char_p),
-                ("alltoall_fusion", ctypes.c_int32)]
+                ("alltoall_fusion", ctypes.c_int32), ("ctrl_wire_keys", ctypes.c_char_p)]
 
 
 class Entry(ctypes.Structure):

@@ -27,6 +27,13 @@ job secret without sending it, and fresh nonces on both sides stop replays.
 Bytes that do not start with the magic are reported as garbage and the
 connection is dropped; the listener keeps waiting for the real peers.
 
+A rank that fails before it can connect (its own address does not resolve
+or cannot be bound) tells rank 0, best effort: the same handshake on channel
+ABORT, with {"abort": its error} in HELLO's extra (so the error is bound into
+both MACs: only a peer with the secret can stop the job this way). Rank 0
+then fails at once naming that rank and its error, rather than after
+TFX_TIMEOUT_S.
+
 The clusters must agree: each side compares the other's list of addresses
 with its own, after authentication, and a mismatch fails both ranks at once
 with both lists (rather than a hang, or a wrong job formed from two).
@@ -45,9 +52,10 @@ the shared-memory transport needs. The answer is bound into the MACs.
 After the handshake both sides derive the connection's two wire keys
 (:func:`wire_keys`: HKDF-SHA256 of the secret, both nonces and the
 transcript; one key per direction) and hand them to C++ with the fd: the
-data connections then carry AES-256-GCM frames (``TFX_WIRE_PROTECTION``,
-``core/transport/frame_protection.h``), so a relay that passed the handshake
-through still cannot change, drop, reorder or replay what follows.
+data, control and service connections then carry AES-256-GCM frames
+(``TFX_WIRE_PROTECTION``, ``core/transport/frame_protection.h``), so a relay
+that passed the handshake through still cannot change, drop, reorder or
+replay what follows.
 
 Why Python's hmac here rather than OpenSSL in the C++ library: TensorFlow's
 ``libtensorflow_framework.so`` exports BoringSSL's symbols (HMAC, EVP_*) under
@@ -82,6 +90,7 @@ MAGIC = b"TFXCOMM\x01"
 VERSION = 2
 DATA, CONTROL = 1, 2
 SERVICE = 3  # a request/response service connection (connect_service)
+ABORT = 4    # a rank that failed before connecting tells rank 0 why (connect_all), then hangs up
 _NONCE = 32
 _MAC = 32
 _HELLO = struct.Struct("<8sHBIII32sH")      # magic, version, channel, rank, size, server rank, nonce, extra len
@@ -102,6 +111,8 @@ class Connections:
     same_host: list[bool]
     # [size]: the data connection's wire keys (this rank's send key + receive key; b"" at this rank)
     data_keys: list[bytes] = dataclasses.field(default_factory=list)
+    # [size]: the control connection's, laid out the same (rank 0: every other rank; others: [0])
+    ctrl_keys: list[bytes] = dataclasses.field(default_factory=list)
 
 
 _SHM_DIR = "/dev/shm"
@@ -336,7 +347,9 @@ class _Listener:
             if not _same_cluster(hello.get("cluster"), self.addresses):
                 mismatch = _cluster_mismatch(self.rank, crank, f"connecting from {where}",
                                              hello.get("cluster"), self.addresses)
-            elif size != self.size or srank != self.rank or (channel, crank) not in self.expected:
+            elif size != self.size or srank != self.rank or (
+                    (channel, crank) not in self.expected
+                    and not (channel == ABORT and (CONTROL, crank) in self.expected)):
                 return self._reject(conn, f"connection from {where} claims rank {crank} of {size} "
                                           f"(channel {channel}) for rank {srank}; this is rank "
                                           f"{self.rank} of {self.size} and does not expect it")
@@ -363,6 +376,13 @@ class _Listener:
                     self.fatal = mismatch
                 return self._reject(conn, mismatch)
             _send(conn, _ACCEPTED, deadline)
+            if channel == ABORT:  # authenticated: that rank will never connect
+                why = str(hello.get("abort"))[:_MAX_ABORT_CHARS]
+                with self.lock:
+                    self.fatal = (f"tfx_dist rank {self.rank}: rank {crank} failed before it could connect "
+                                  f"(failing now rather than after TFX_TIMEOUT_S): {why}")
+                conn.close()
+                return
             to_server, to_client = wire_keys(self.secret, nonce_c, nonce_s, transcript)
         except (OSError, TimeoutError, struct.error) as e:
             return self._reject(conn, f"handshake with {where} failed: {e}")
@@ -410,7 +430,7 @@ class _Listener:
 
 
 def _connect(rank: int, size: int, server: int, addresses: list[str], channel: int, secret: bytes,
-             deadline: float) -> tuple[socket.socket, bool]:
+             deadline: float, abort: str | None = None) -> tuple[socket.socket, bool]:
     address = addresses[server]
     host, port = split_address(address, "the cluster's address list")
     last_error = None
@@ -427,7 +447,7 @@ def _connect(rank: int, size: int, server: int, addresses: list[str], channel: i
             continue
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline)
+            return _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline, abort)
         except _Retry as e:  # the peer's listener was not ours yet (port reuse); try again
             last_error = e
             sock.close()
@@ -441,7 +461,10 @@ class _Retry(Exception):
     pass
 
 
-def _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline):
+def _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline, abort=None):
+    if abort is not None:  # no shared memory to probe for a connection that only says why
+        return _client_handshake_probed(sock, rank, size, server, addresses, channel, secret, deadline,
+                                        "", abort)
     probe = _ShmProbe()
     try:
         return _client_handshake_probed(sock, rank, size, server, addresses, channel, secret,
@@ -450,11 +473,15 @@ def _client_handshake(sock, rank, size, server, addresses, channel, secret, dead
         probe.close()
 
 
-def _client_handshake_probed(sock, rank, size, server, addresses, channel, secret, deadline, probe):
+def _client_handshake_probed(sock, rank, size, server, addresses, channel, secret, deadline, probe,
+                             abort=None):
     address = addresses[server]
     who = f"rank {server} at {address}"
     nonce_c = secrets.token_bytes(_NONCE)
-    extra_c = _extra({"cluster": list(addresses), "shm": probe})
+    hello = {"cluster": list(addresses), "shm": probe}
+    if abort is not None:
+        hello["abort"] = abort[:_MAX_ABORT_CHARS]
+    extra_c = _extra(hello)
     try:
         _send(sock, _HELLO.pack(MAGIC, VERSION, channel, rank, size, server, nonce_c, len(extra_c))
               + extra_c, deadline)
@@ -496,11 +523,34 @@ def _client_handshake_probed(sock, rank, size, server, addresses, channel, secre
     return sock, _load_extra(extra_s).get("shm") is True, to_server + to_client
 
 
+# The longest error an ABORT carries, and how long a failing rank tries to tell rank 0.
+_MAX_ABORT_CHARS = 2000
+_ABORT_TRY_S = 5.0
+
+
+def _tell_rank_0(rank: int, size: int, addresses: list[str], secret: bytes, error: str,
+                 timeout_s: float) -> bool:
+    """Best effort: rank 0 learns that this rank failed before connecting, and why."""
+    try:
+        sock = _connect(rank, size, 0, addresses, ABORT, secret,
+                        time.monotonic() + min(_ABORT_TRY_S, timeout_s), abort=error)[0]
+        sock.close()
+        return True
+    except Exception as e:  # noqa: BLE001 - the rank's own error is what gets raised
+        _log.debug("tfx_dist rank %d: could not tell rank 0 that it failed: %s", rank, e)
+        return False
+
+
 def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
                 timeout_s: float) -> Connections:
     """Connects this rank to every other one; returns the connections' fds."""
     deadline = time.monotonic() + timeout_s
-    listener = _Listener(rank, size, addresses, secret, deadline)
+    try:
+        listener = _Listener(rank, size, addresses, secret, deadline)
+    except RendezvousError as e:  # this rank cannot take part: rank 0 need not wait for it
+        if rank > 0:
+            _tell_rank_0(rank, size, addresses, secret, str(e), timeout_s)
+        raise
     socks: list[socket.socket] = []
     try:
         data: dict[int, tuple[socket.socket, bool, bytes]] = {}
@@ -526,14 +576,16 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
         same_host[peer] = shares_shm
         keys[peer] = peer_keys
         data_fds[peer] = sock.detach()
-    for peer, (sock, _, _) in ctrl.items():
+    ctrl_keys = [b""] * size
+    for peer, (sock, _, peer_keys) in ctrl.items():
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        ctrl_keys[peer] = peer_keys
         ctrl_fds[peer] = sock.detach()
-    return Connections(data_fds, ctrl_fds, same_host, keys)
+    return Connections(data_fds, ctrl_fds, same_host, keys, ctrl_keys)
 
 
 def connect_service(role: str, index: int, server_addresses: list[str], num_clients: int, secret: bytes,
-                    timeout_s: float) -> tuple[list[int], list[bool]]:
+                    timeout_s: float) -> tuple[list[int], list[bool], list[bytes]]:
     """Connects a bipartite request/response service: every client to every server.
 
     A server (``role="server"``) listens on ``server_addresses[index]`` only and
@@ -541,9 +593,9 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
     connects to every server. Each connection is authenticated with the
     handshake above on channel ``SERVICE`` (client index as the client rank,
     server index as the server rank, ``num_clients`` as the size), so it
-    cannot be taken for a collective connection. Returns (fds, same_host),
-    one entry per peer (clients for a server, servers for a client); the fds
-    are the caller's.
+    cannot be taken for a collective connection. Returns (fds, same_host,
+    wire keys: this end's send key + receive key, 64 bytes), one entry per
+    peer (clients for a server, servers for a client); the fds are the caller's.
     """
     if role not in ("server", "client"):
         raise ValueError(f"Expected role 'server' or 'client'. Received: role={role!r}")
@@ -570,9 +622,10 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
             for sock, _, _ in conns:
                 sock.close()
             raise
-    fds, same_host = [], []
-    for sock, same, _ in conns:
+    fds, same_host, keys = [], [], []
+    for sock, same, peer_keys in conns:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         same_host.append(same)
+        keys.append(peer_keys)
         fds.append(sock.detach())
-    return fds, same_host
+    return fds, same_host, keys

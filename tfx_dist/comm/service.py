@@ -4,7 +4,9 @@ The service (``custom_ops/comm/core/service``) carries opaque requests from
 clients (workers) to servers (parameter servers) and their replies, over the
 transports the ring uses (shared memory on one host, TCP across hosts), on
 connections authenticated with the job secret. These wrappers are thin: they
-connect (``rendezvous.connect_service``), then call the C API. The layer
+connect (``rendezvous.connect_service``), then call the C API. TCP
+connections carry the data connections' wire protection
+(``TFX_WIRE_PROTECTION``, keyed per connection by the handshake). The layer
 above (the parameter server) installs its handler natively through
 ``tfx_service_server_serve`` on ``ServiceServer.handle``; a Python handler
 here is for tests.
@@ -27,11 +29,11 @@ import functools
 import threading
 
 from tfx_dist import settings
-from tfx_dist.comm import _native
+from tfx_dist.comm import _native, interrupts
 from tfx_dist.comm.rendezvous import connect_service
 
 ERR_LEN = 4096
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 HANDLER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_void_p)
@@ -39,12 +41,13 @@ LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 
 # tfx::comm::Code
-OK, INVALID_ARGUMENT, TIMEOUT, CONNECTION_CLOSED, PROTOCOL, MISMATCH, INTERNAL, ABORTED = range(8)
+OK, INVALID_ARGUMENT, TIMEOUT, CONNECTION_CLOSED, PROTOCOL, MISMATCH, INTERNAL, ABORTED, INTERRUPTED = range(9)
 
 
 class Options(ctypes.Structure):
     _fields_ = [("timeout_s", ctypes.c_double), ("max_frame_bytes", ctypes.c_int64),
-                ("use_shm", ctypes.c_int32), ("abort_on_client_loss", ctypes.c_int32)]
+                ("use_shm", ctypes.c_int32), ("abort_on_client_loss", ctypes.c_int32),
+                ("wire_protection", ctypes.c_int32), ("wire_keys", ctypes.c_char_p)]
 
 
 class Request(ctypes.Structure):
@@ -129,6 +132,14 @@ def _secret(secret) -> bytes:
     return secret
 
 
+def _protect(options: Options, keys: list[bytes]) -> None:
+    """TFX_WIRE_PROTECTION on the service's TCP connections, with the rendezvous's keys."""
+    mode = str(settings.get("TFX_WIRE_PROTECTION"))
+    if mode != "none" and keys:
+        options.wire_protection = _native.WIRE_PROTECTION[mode]
+        options.wire_keys = b"".join(keys)  # kept by `options` until create has read it
+
+
 def _create(fn, fds, same_host, labels, options) -> int:
     n = len(fds)
     names = (ctypes.c_char_p * max(1, n))(*[label.encode() for label in labels])
@@ -168,8 +179,9 @@ class ServiceServer(_Endpoint):
                  timeout_s: float | None = None, shm: bool | None = None, max_frame_bytes: int | None = None,
                  abort_on_client_loss: bool = True, client_labels: list[str] | None = None):
         options = _options(timeout_s, max_frame_bytes, shm, abort_on_client_loss)
-        fds, same_host = connect_service("server", index, server_addresses, num_clients, _secret(secret),
-                                         options.timeout_s)
+        fds, same_host, keys = connect_service("server", index, server_addresses, num_clients,
+                                               _secret(secret), options.timeout_s)
+        _protect(options, keys)
         labels = client_labels or [f"worker {c}" for c in range(num_clients)]
         self.handle = _create(lib().tfx_service_server_create, fds, same_host, labels, options)
         self.lost: list[tuple[int, int, str]] = []  # (client, code, message) of dropped/lost clients
@@ -226,16 +238,21 @@ class ServiceClient(_Endpoint):
                  timeout_s: float | None = None, shm: bool | None = None, max_frame_bytes: int | None = None,
                  server_labels: list[str] | None = None):
         options = _options(timeout_s, max_frame_bytes, shm)
-        fds, same_host = connect_service("client", index, server_addresses, num_clients, _secret(secret),
-                                         options.timeout_s)
+        fds, same_host, keys = connect_service("client", index, server_addresses, num_clients,
+                                               _secret(secret), options.timeout_s)
+        _protect(options, keys)
         labels = server_labels or [f"ps {s}" for s in range(len(server_addresses))]
         self.handle = _create(lib().tfx_service_client_create, fds, same_host, labels, options)
         self._lock = threading.Lock()
+        # Ctrl-C ends a call that waits for a stuck server (interrupts.py).
+        interrupts.install()
 
     def call(self, requests) -> list[bytes]:
         """Sends ``[(server, kind, payload bytes), ...]``; returns the replies in order.
 
-        Raises ServiceError (with the first failure's code and message).
+        Raises ServiceError (with the first failure's code and message), or
+        KeyboardInterrupt naming the servers waited for on Ctrl-C (SIGINT);
+        the connections to those servers are then broken.
         """
         so = lib()
         reqs = (Request * max(1, len(requests)))()
@@ -252,6 +269,9 @@ class ServiceClient(_Endpoint):
             replies.append(ctypes.string_at(r.reply, r.reply_bytes) if r.reply else b"")
             if r.reply:
                 so.tfx_service_free(r.reply)
+        if code == INTERRUPTED:  # Ctrl-C while waiting: raised here, Python's handler need not
+            interrupts.take_message()
+            raise KeyboardInterrupt(err.value.decode("utf-8", "replace"))
         if code != 0:
             raise _error(code, err.value)
         return replies

@@ -211,6 +211,7 @@ Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOp
   out->hierarchical_min_stripe_bytes = static_cast<size_t>(in.hierarchical_min_stripe_bytes);
   out->alltoall_fusion = in.alltoall_fusion != 0;
   out->wire_keys.clear();
+  out->ctrl_keys.clear();
   if (in.wire_protection != TFX_WIRE_NONE && size > 1) {
     out->wire_keys.resize(size);
     for (int peer = 0; peer < size; ++peer) {
@@ -219,6 +220,13 @@ Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOp
       k.frame_bytes = static_cast<size_t>(in.chunk_bytes);
       std::memcpy(k.send, in.wire_keys + 64 * peer, 32);
       std::memcpy(k.recv, in.wire_keys + 64 * peer + 32, 32);
+    }
+    if (in.ctrl_wire_keys != nullptr) {  // same mode, the control connections' own keys
+      out->ctrl_keys = out->wire_keys;
+      for (int peer = 0; peer < size; ++peer) {
+        std::memcpy(out->ctrl_keys[peer].send, in.ctrl_wire_keys + 64 * peer, 32);
+        std::memcpy(out->ctrl_keys[peer].recv, in.ctrl_wire_keys + 64 * peer + 32, 32);
+      }
     }
   }
   return Status::Ok();
@@ -243,6 +251,7 @@ tfx_comm_options tfx_comm_default_options(void) {
   o.wire_protection = TFX_WIRE_NONE;
   o.wire_keys = nullptr;
   o.alltoall_fusion = d.alltoall_fusion ? 1 : 0;
+  o.ctrl_wire_keys = nullptr;
   return o;
 }
 

@@ -89,6 +89,10 @@ typedef struct {
    * connection to that peer (derived by the rendezvous). Read during create only. */
   const uint8_t* wire_keys;
   int32_t alltoall_fusion; /* all-to-alls ready together share one exchange (TFX_ALLTOALL_FUSION) */
+  /* With wire protection: the control connections' keys, laid out as
+   * wire_keys (size * 64, indexed by peer; only rank 0's entries are used on
+   * other ranks). NULL: control connections unprotected. Read during create only. */
+  const uint8_t* ctrl_wire_keys;
 } tfx_comm_options;
 
 /* The runtime's defaults, for C callers (the C++ tests). Python passes every

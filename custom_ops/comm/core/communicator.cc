@@ -80,11 +80,17 @@ Status Communicator::Create(int rank, int size, const std::vector<int>& data_fds
                          keys);
   }
   std::vector<std::unique_ptr<ControlChannel>> channels;
+  auto ctrl_keys = [&](int peer) { return options.ctrl_keys.empty() ? nullptr : &options.ctrl_keys[peer]; };
   if (rank == 0) {
     channels.resize(size);
-    for (int r = 1; r < size; ++r) channels[r].reset(new ControlChannel(rank, r, ctrl_fds[r]));
+    for (int r = 1; r < size; ++r) {
+      Status st = ControlChannel::Create(rank, r, ctrl_fds[r], ctrl_keys(r), &channels[r]);
+      if (status.ok()) status = st;
+    }
   } else if (size > 1) {
-    channels.emplace_back(new ControlChannel(rank, 0, ctrl_fds[0]));
+    channels.resize(1);
+    Status st = ControlChannel::Create(rank, 0, ctrl_fds[0], ctrl_keys(0), &channels[0]);
+    if (status.ok()) status = st;
   }
   if (status.ok()) status = comm->LearnTopology(same_host);
   if (!status.ok()) return status;

@@ -33,6 +33,9 @@ struct CommunicatorOptions {
   // Per peer (indexed by rank): the data connection's wire protection keys;
   // empty: none. Used by TCP pairs only (shared memory needs none).
   std::vector<WireKeys> wire_keys;
+  // Per peer: the control connection's keys (rank 0: every other rank's;
+  // others: [0], rank 0's); empty: none. Same mode as wire_keys.
+  std::vector<WireKeys> ctrl_keys;
 };
 
 class Communicator {

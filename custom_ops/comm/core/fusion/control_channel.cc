@@ -19,6 +19,15 @@ ControlChannel::ControlChannel(int rank, int peer, int fd) : rank_(rank), peer_(
   SetNonBlocking(fd_);
 }
 
+Status ControlChannel::Create(int rank, int peer, int fd, const WireKeys* keys,
+                              std::unique_ptr<ControlChannel>* out) {
+  std::unique_ptr<ControlChannel> ch(new ControlChannel(rank, peer, fd));
+  if (keys != nullptr && keys->mode != WireProtection::kNone)
+    TFX_RETURN_IF_ERROR(SealedStream::Create(*keys, &ch->sealed_));
+  *out = std::move(ch);
+  return Status::Ok();
+}
+
 ControlChannel::~ControlChannel() {
   if (fd_ >= 0) close(fd_);
 }
@@ -34,7 +43,12 @@ Status ControlChannel::Send(MessageType type, const std::string& payload, const 
   std::memcpy(&frame[4], &len, 4);
   frame[8] = static_cast<char>(type);
   frame += payload;
-  std::lock_guard<std::mutex> lock(send_mu_);
+  std::lock_guard<std::mutex> lock(send_mu_);  // also orders the sealed frames' numbers
+  if (sealed_) {
+    std::string wire;
+    TFX_RETURN_IF_ERROR(sealed_->Seal(frame.data(), frame.size(), &wire));
+    frame.swap(wire);
+  }
   return SendAll(fd_, frame.data(), frame.size(), deadline,
                  "tfx_dist rank " + std::to_string(rank_) + ": sending to rank " + std::to_string(peer_) +
                      " on the control connection");
@@ -45,7 +59,15 @@ Status ControlChannel::ReadAvailable(std::vector<Frame>* frames) {
   bool eof = false;
   while (true) {
     ssize_t r = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
-    if (r > 0) { inbox_.append(buf, static_cast<size_t>(r)); continue; }
+    if (r > 0) {
+      if (!sealed_) { inbox_.append(buf, static_cast<size_t>(r)); continue; }
+      Status st = sealed_->Open(buf, static_cast<size_t>(r), &inbox_);
+      if (!st.ok())
+        return Status(Code::kProtocol, "tfx_dist rank " + std::to_string(rank_) +
+                                           ": the control connection from rank " + std::to_string(peer_) +
+                                           ": " + st.message());
+      continue;
+    }
     if (r == 0) { eof = true; break; }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;

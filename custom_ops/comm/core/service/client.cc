@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "custom_ops/comm/core/interrupt.h"
 #include "custom_ops/comm/core/service/frame_io.h"
 #include "custom_ops/comm/core/spin.h"
 
@@ -19,6 +20,9 @@ namespace {
 // send (one packet, one system call); larger ones are sent from where they lie.
 constexpr size_t kCoalesceBytes = 16 << 10;
 constexpr size_t kHeader = sizeof(FrameHeader);
+// Longest sleep of a waiting call between looks at Ctrl-C (the signal may
+// land on another thread, so poll is not always cut short by it).
+constexpr int kInterruptCheckMs = 200;
 
 // Record k of a reply to base + index[k] * record_bytes (Request's scatter).
 // `start`: the reply's bytes received before this TryRecv call; records may
@@ -91,7 +95,8 @@ Status Client::Create(const std::vector<int>& fds, const std::vector<bool>& same
   std::vector<std::string> who;
   for (size_t i = 0; i < fds.size(); ++i) who.push_back(client->Who(static_cast<int>(i)));
   std::vector<std::unique_ptr<Pair>> pairs;
-  TFX_RETURN_IF_ERROR(ConnectPairs(fds, same_host, options.use_shm, who, Deadline(options.timeout_s), &pairs)
+  TFX_RETURN_IF_ERROR(ConnectPairs(fds, same_host, options.use_shm, who, Deadline(options.timeout_s), &pairs,
+                                   options.wire_keys)
                           .WithPrefix("tfx_dist service client: "));
   for (auto& p : pairs) {
     client->links_.emplace_back(new Link);
@@ -179,6 +184,14 @@ Status Client::Call(const Request* requests, size_t n, Response* responses) {
 
 Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Response* responses) {
   const Deadline deadline(options_.timeout_s);
+  // Ctrl-C while this call waits (core/interrupt.h): the hook holds the
+  // signal back while something waits; the loop below sees it within
+  // kInterruptCheckMs, fails the call and passes the signal on to Python.
+  const uint64_t signals = interrupt::Count();
+  interrupt::AddWaiting(1);
+  struct NotWaiting {
+    ~NotWaiting() { interrupt::AddWaiting(-1); }
+  } not_waiting;
   auto fail = [&](Exchange& x, const Status& st) {
     Status named = st.WithPrefix("tfx_dist service: " + Who(x.server) + ": ");
     if (st.code() == Code::kConnectionClosed)
@@ -370,19 +383,38 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
       else if (shm == nullptr) shm = x;
     }
     if (shm == nullptr) {
-      if (poll(fds.data(), fds.size(), deadline.remaining_ms(1000)) < 0 && errno != EINTR) {
+      if (poll(fds.data(), fds.size(), deadline.remaining_ms(kInterruptCheckMs)) < 0 && errno != EINTR) {
         for (Exchange* x : active)
           if (!x->done) fail(*x, Status(Code::kInternal, std::string("poll failed: ") + std::strerror(errno)));
         break;
       }
     } else {
       if (!fds.empty()) poll(fds.data(), fds.size(), 0);
-      shm->link->pair->Block(true, shm->sending(), fds.empty() ? 2000 : 100);
+      shm->link->pair->Block(true, shm->sending(), fds.empty() ? 2000 : 100);  // microseconds
       for (Exchange* x : active) {
         if (x->done || x->link->pair->poll_fd() >= 0) continue;
         Status alive = x->link->pair->CheckAlive();
         if (!alive.ok()) fail(*x, alive);
       }
+    }
+    if (interrupt::Count() != signals) {
+      std::string waiting;
+      for (Exchange* x : active) {
+        if (x->done) continue;
+        const size_t unanswered = x->order.size() - x->recv_k;
+        waiting += (waiting.empty() ? "" : ", ") + Who(x->server) + " (" + std::to_string(unanswered) +
+                   " request(s) unanswered)";
+      }
+      const std::string message = "tfx_dist service: interrupted (SIGINT, Ctrl-C) while waiting for " + waiting;
+      for (Exchange* x : active) {  // the replies may still come: these connections cannot be reused
+        if (x->done) continue;
+        FailExchange(Status(Code::kInterrupted, message), x->order, x->recv_k, responses);
+        x->link->broken = Status(Code::kInterrupted, message);
+        x->link->pair->Shutdown();
+        x->done = true;
+      }
+      interrupt::Deliver(message);
+      break;
     }
     if (deadline.expired()) {
       for (Exchange* x : active) {

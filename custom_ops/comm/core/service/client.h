@@ -25,6 +25,7 @@
 
 #include "custom_ops/comm/core/service/wire.h"
 #include "custom_ops/comm/core/status.h"
+#include "custom_ops/comm/core/transport/frame_protection.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm::service {
@@ -34,6 +35,8 @@ struct ClientOptions {
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
   bool use_shm = true;  // same-host servers over shared memory (both ends must agree)
   std::vector<std::string> server_labels;  // server_labels[i] = "ps 1": names server i in errors
+  // Empty, or one per connection: its wire protection (frame_io.h ConnectPairs).
+  std::vector<WireKeys> wire_keys;
 };
 
 // Where a reply of len bytes goes (e.g. a TF output tensor allocated on the

@@ -9,7 +9,7 @@ namespace tfx::comm::service {
 
 Status ConnectPairs(const std::vector<int>& fds, const std::vector<bool>& same_host, bool use_shm,
                     const std::vector<std::string>& who, const Deadline& deadline,
-                    std::vector<std::unique_ptr<Pair>>* pairs) {
+                    std::vector<std::unique_ptr<Pair>>* pairs, const std::vector<WireKeys>& keys) {
   pairs->clear();
   pairs->resize(fds.size());
   Status status;
@@ -22,9 +22,13 @@ Status ConnectPairs(const std::vector<int>& fds, const std::vector<bool>& same_h
     }
     if (fds[i] < 0) {
       status = Status(Code::kInvalidArgument, "no connection to " + who[i]);
+    } else if (!keys.empty() && keys.size() != fds.size()) {
+      close(fds[i]);
+      status = Status(Code::kInvalidArgument, "wire keys for " + std::to_string(keys.size()) + " of " +
+                                                  std::to_string(fds.size()) + " connections");
     } else {
       status = ConnectPair(/*rank=*/-1, static_cast<int>(i), fds[i], use_shm && same_host[i], deadline,
-                           &(*pairs)[i])
+                           &(*pairs)[i], keys.empty() ? nullptr : &keys[i])
                    .WithPrefix(who[i] + ": ");
     }
   }

@@ -15,6 +15,7 @@
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/service/wire.h"
 #include "custom_ops/comm/core/status.h"
+#include "custom_ops/comm/core/transport/frame_protection.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm::service {
@@ -23,10 +24,12 @@ namespace tfx::comm::service {
 // use_shm and same_host[i] (falling back to TCP inside ShmPair::Connect when
 // either side cannot map memory), else TcpPair; exactly as
 // Communicator::Create decides, so both ends must pass the same use_shm.
-// `who[i]` names peer i in errors ("client 1 (worker 1)").
+// `who[i]` names peer i in errors ("client 1 (worker 1)"). keys: empty, or
+// one per fd: the TCP connection's wire protection (TFX_WIRE_PROTECTION,
+// keyed by the rendezvous; shared memory needs none).
 Status ConnectPairs(const std::vector<int>& fds, const std::vector<bool>& same_host, bool use_shm,
                     const std::vector<std::string>& who, const Deadline& deadline,
-                    std::vector<std::unique_ptr<Pair>>* pairs);
+                    std::vector<std::unique_ptr<Pair>>* pairs, const std::vector<WireKeys>& keys = {});
 
 // Sends n bytes. kTimeout when the deadline passes first.
 Status SendBytes(Pair* pair, const char* data, size_t n, const Deadline& deadline);

@@ -55,7 +55,8 @@ Status Server::Create(const std::vector<int>& fds, const std::vector<bool>& same
   std::vector<std::string> who;
   for (size_t i = 0; i < fds.size(); ++i) who.push_back(Describe("client", static_cast<int>(i), options.client_labels));
   std::vector<std::unique_ptr<Pair>> pairs;
-  TFX_RETURN_IF_ERROR(ConnectPairs(fds, same_host, options.use_shm, who, Deadline(options.timeout_s), &pairs)
+  TFX_RETURN_IF_ERROR(ConnectPairs(fds, same_host, options.use_shm, who, Deadline(options.timeout_s), &pairs,
+                                   options.wire_keys)
                           .WithPrefix("tfx_dist service server: "));
   out->reset(new Server(std::move(pairs), options));
   return Status::Ok();
@@ -85,6 +86,8 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
     FrameHeader h;
     size_t got = 0;
     Status st = RecvBytes(pair, reinterpret_cast<char*>(&h), sizeof(h), Deadline(options_.timeout_s), &got);
+    if (st.code() == Code::kProtocol)  // a frame of the wire protection failed its check
+      return failed(Outcome::kDropped, Code::kProtocol, who + ": " + st.message() + "; its connection is dropped");
     if (!st.ok()) {
       if (st.code() == Code::kTimeout)
         return failed(Outcome::kLost, Code::kTimeout,
@@ -114,6 +117,8 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
       capacity = len;
     }
     st = RecvBytes(pair, payload.get(), len, Deadline(options_.timeout_s), &got);
+    if (st.code() == Code::kProtocol)
+      return failed(Outcome::kDropped, Code::kProtocol, who + ": " + st.message() + "; its connection is dropped");
     if (!st.ok()) {
       if (st.code() == Code::kTimeout)
         return failed(Outcome::kLost, Code::kTimeout,

@@ -31,6 +31,7 @@
 
 #include "custom_ops/comm/core/service/wire.h"
 #include "custom_ops/comm/core/status.h"
+#include "custom_ops/comm/core/transport/frame_protection.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm::service {
@@ -41,6 +42,8 @@ struct ServerOptions {
   bool use_shm = true;  // same-host clients over shared memory (both ends must agree)
   bool abort_on_client_loss = true;
   std::vector<std::string> client_labels;  // client_labels[i] = "worker 1": names client i in errors
+  // Empty, or one per connection: its wire protection (frame_io.h ConnectPairs).
+  std::vector<WireKeys> wire_keys;
 };
 
 // The handler's reply: a buffer it sizes and fills. Kept per client between

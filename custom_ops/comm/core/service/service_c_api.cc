@@ -86,6 +86,22 @@ int64_t CreateEndpoint(std::map<int64_t, std::shared_ptr<T>>* registry, int32_t 
     if (in->timeout_s > 0) opts.timeout_s = in->timeout_s;
     if (in->max_frame_bytes > 0) opts.max_frame_bytes = static_cast<uint64_t>(in->max_frame_bytes);
     opts.use_shm = in->use_shm != 0;
+    if (in->wire_protection < 0 || in->wire_protection > 2 || (in->wire_protection != 0 && in->wire_keys == nullptr && n > 0)) {
+      for (int32_t i = 0; i < n; ++i)
+        if (fds[i] >= 0) close(fds[i]);  // ownership is taken, also on failure
+      Fail(Status(Code::kInvalidArgument, "tfx_dist service: wire_protection " + std::to_string(in->wire_protection) +
+                                              " (want 0 none, 1 integrity, 2 encrypt; 1 and 2 need wire_keys)"),
+           err, err_len);
+      return 0;
+    }
+    if (in->wire_protection != 0) {
+      opts.wire_keys.resize(n);
+      for (int32_t i = 0; i < n; ++i) {
+        opts.wire_keys[i].mode = static_cast<tfx::comm::WireProtection>(in->wire_protection);
+        std::memcpy(opts.wire_keys[i].send, in->wire_keys + 64 * i, 32);
+        std::memcpy(opts.wire_keys[i].recv, in->wire_keys + 64 * i + 32, 32);
+      }
+    }
   }
   std::unique_ptr<T> object;
   Status st = T::Create(fd_list, same, opts, &object);

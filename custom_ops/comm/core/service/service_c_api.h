@@ -18,13 +18,18 @@ extern "C" {
 #endif
 
 #define TFX_SERVICE_API __attribute__((visibility("default")))
-#define TFX_SERVICE_ABI_VERSION 2
+#define TFX_SERVICE_ABI_VERSION 3
 
 typedef struct {
   double timeout_s;              /* bound on every wait; <= 0: 300 */
   int64_t max_frame_bytes;       /* largest payload accepted; <= 0: 1 GiB */
   int32_t use_shm;               /* same-host peers over shared memory; both ends must agree */
   int32_t abort_on_client_loss;  /* server: a vanished client ends the serve (default 1) */
+  int32_t wire_protection;       /* TCP connections: a TFX_WIRE_ code of c_api.h (0: none) */
+  /* With wire protection: 64 bytes per connection (n * 64, in fds' order):
+   * the key this end sends with, then the one it receives with (from the
+   * rendezvous). Read during create only. */
+  const uint8_t* wire_keys;
 } tfx_service_options;
 
 /* The reply a handler builds; valid only during the handler call. */

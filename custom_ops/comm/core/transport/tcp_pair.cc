@@ -166,8 +166,10 @@ Status TcpPair::ReadFrame(char* direct, size_t direct_cap, size_t align, size_t*
     if (in_have_ >= kFrameHeaderBytes) {
       for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(static_cast<uint8_t>(in_frame_[i])) << (8 * i);
       if (len > kMaxFramePayload)  // unauthenticated yet: refuse before reading it
-        return Status(Code::kProtocol, "tfx_dist: rank " + std::to_string(rank_) + ": a frame from rank " +
-                                           std::to_string(peer_) + " claims " + std::to_string(len) +
+        return Status(Code::kProtocol, (rank_ < 0 ? std::string("a frame")
+                                                  : "tfx_dist: rank " + std::to_string(rank_) + ": a frame from rank " +
+                                                        std::to_string(peer_)) +
+                                           " claims " + std::to_string(len) +
                                            " bytes (at most " + std::to_string(kMaxFramePayload) +
                                            "): the connection was tampered with or corrupted");
       need = kFrameHeaderBytes + len + kFrameTagBytes;
@@ -186,6 +188,7 @@ Status TcpPair::ReadFrame(char* direct, size_t direct_cap, size_t align, size_t*
         out = ready_.data() + ready_end_;
       }
       Status s = opener_->Open(in_frame_.data(), len, out);
+      if (!s.ok() && rank_ < 0) return s;  // a service connection: its owner names the peer
       if (!s.ok())
         return Status(Code::kProtocol, "tfx_dist: rank " + std::to_string(rank_) + ": data from rank " +
                                            std::to_string(peer_) + ": " + s.message());
