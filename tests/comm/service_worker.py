@@ -19,6 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from relay_redirect import redirect_to_relay  # noqa: E402
 from tfx_dist.comm import rendezvous  # noqa: E402
 from tfx_dist.comm.service import ServiceClient, ServiceServer  # noqa: E402
 
@@ -76,19 +77,6 @@ def serve(index, addresses, num_clients, scenario):
 
 def expect_echo(payload: bytes, reply: bytes) -> None:
     assert reply == xor(payload[:64]) + payload[64:], (len(payload), len(reply))
-
-
-def redirect_to_relay(server_address: str, relay_port: int) -> None:
-    """Connections to server_address go to the test's relay instead (test_tamper_service_control.py)."""
-    host, port = server_address.rsplit(":", 1)
-    real = socket.create_connection
-
-    def create_connection(address, *args, **kwargs):
-        if address == (host, int(port)):
-            address = ("127.0.0.1", relay_port)
-        return real(address, *args, **kwargs)
-
-    rendezvous.socket.create_connection = create_connection
 
 
 def client(index, addresses, num_clients, scenario):

@@ -12,7 +12,6 @@ times. Prints "RESULT <json>" (whether every sum was exact) or
 
 import json
 import os
-import socket
 import sys
 import time
 
@@ -21,22 +20,11 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-from tfx_dist.comm import Communicator, rendezvous  # noqa: E402
+from relay_redirect import redirect_to_relay  # noqa: E402
+from tfx_dist.comm import Communicator  # noqa: E402
 
 N = 1 << 20  # float32 elements: 4 MiB, about 32 frames each way per all-reduce
 REPS = 3
-
-
-def redirect_to_relay(server_address: str, relay_port: int) -> None:
-    host, port = server_address.rsplit(":", 1)
-    real = socket.create_connection
-
-    def create_connection(address, *args, **kwargs):
-        if address == (host, int(port)):
-            address = ("127.0.0.1", relay_port)
-        return real(address, *args, **kwargs)
-
-    rendezvous.socket.create_connection = create_connection
 
 
 def main():
