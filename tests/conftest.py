@@ -4,8 +4,15 @@ It must run before TensorFlow initialises its devices, hence at import time.
 """
 
 import os
+import signal
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Started in the background by a shell without job control (`make test &`),
+# pytest and every process it starts would ignore SIGINT; the Ctrl-C tests
+# send it as a terminal does, so the worker processes must not inherit that.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import tensorflow as tf  # noqa: E402
 
