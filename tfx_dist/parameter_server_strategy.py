@@ -26,7 +26,6 @@ import atexit
 import contextlib
 import itertools
 import sys
-import threading
 
 import tensorflow as tf
 
@@ -61,8 +60,10 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         self.dense_placement = dense_placement
         self._dense: dict[int, dense_variables_lib.DenseTable] = {}  # id(variable) -> its table
         self._dense_layout = dense_variables_lib.Placement(len(servers))
-        self._dense_step = None  # the dense pushes and tables of the step being collected
-        self._step = threading.local()  # the pushes of the step being traced
+        # The step being collected: its pushes (tables' and dense variables') and the dense
+        # tables to pull back. Not thread-local: Strategy.run may call the replica
+        # function in its own thread.
+        self._step = None
         self._closed = False
         atexit.register(self.close_parameter_servers)
         tfc.route_table_gradients()
@@ -84,12 +85,11 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         """
         tables, rest_grads, rest_vars = embedding_tables.split_table_gradients(
             grads, variables, "_tfx_ps_table")
-        pushes = getattr(self._step, "pushes", None)
         for table, grad in tables:
             table.set_optimizer(optimizer)
             op = table.push(grad, learning_rate)
-            if pushes is not None:
-                pushes.append(op)
+            if self._step is not None:
+                self._step["pushes"].append(op)
         if self.dense_placement == "servers":
             rest_grads, rest_vars = self._push_dense_gradients(optimizer, rest_grads, rest_vars,
                                                                learning_rate)
@@ -99,8 +99,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
 
     def _push_dense_gradients(self, optimizer, grads, variables, learning_rate):
         """Pushes the dense gradients to the servers; Keras's optimizer gets none of them."""
-        # Not thread-local: Strategy.run may call the replica function in its own thread.
-        step = self._dense_step
+        step = self._step
         if step is None:
             raise RuntimeError(
                 "ParameterServerStrategy(dense_variables='servers'): apply gradients inside "
@@ -137,7 +136,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
 
     def refresh_dense_variables(self, after):
         """Ops that pull this step's dense variables into the workers' caches, after ``after``."""
-        tables = list(self._dense_step["tables"].values()) if self._dense_step else []
+        tables = list(self._step["tables"].values()) if self._step else []
         updates = []
         with tf.control_dependencies([after] if after is not None else []):
             for table in tables:
@@ -148,19 +147,12 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
 
     @contextlib.contextmanager
     def collecting_pushes(self):
-        self._step.pushes = pushes = []
-        self._dense_step = {"pushes": [], "tables": {}}
+        """Collects the step's pushes (yielded) and dense tables until the block ends."""
+        self._step = {"pushes": [], "tables": {}}
         try:
-            yield pushes
+            yield self._step["pushes"]
         finally:
-            self._step.pushes = None
-
-    def dense_pushes(self) -> list:
-        """The push ops of the dense variables in the step being collected."""
-        return list(self._dense_step["pushes"]) if self._dense_step else []
-
-    def end_dense_step(self) -> None:
-        self._dense_step = None
+            self._step = None
 
     def step_done(self, after=()):
         """The op that ends this worker's step on the servers (if it pushed anything)."""
@@ -240,10 +232,7 @@ def run_step_on_servers(extended: ParameterServerExtended, run):
     """``run()`` (a `Strategy.run`), then the end of this worker's step on the servers."""
     with extended.collecting_pushes() as pushes:
         result = run()
-    outputs = [t for t in tf.nest.flatten(result, expand_composites=True) if isinstance(t, tf.Tensor)]
-    try:
-        done = extended.step_done(after=pushes + extended.dense_pushes() + outputs)
+        outputs = [t for t in tf.nest.flatten(result, expand_composites=True) if isinstance(t, tf.Tensor)]
+        done = extended.step_done(after=pushes + outputs)
         extended.refresh_dense_variables(after=done)
-    finally:
-        extended.end_dense_step()
     return result
