@@ -44,6 +44,7 @@ from tfx_dist.input import input_balance
 from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
 from tfx_dist.uneven_batches import ReplicaLossShares
+from tfx_dist import variable_order
 
 
 class _SingleProcessTransport:
@@ -190,10 +191,19 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
                 initial_value = tf.convert_to_tensor(initial_value, dtype=kwargs.get("dtype"))
                 if self._num_workers == 1:
                     return initial_value
+                if tf.executing_eagerly():  # graphs pair their collectives by trace order
+                    self._check_same_variable(kwargs.get("name"), initial_value)
                 (value,) = self._cross_device_ops.cross_broadcast([initial_value], root=0)
                 return value
 
         return initial_value_fn
+
+    def _check_same_variable(self, name, initial_value):
+        """Fails on every worker unless all are creating the same variable (see variable_order)."""
+        position = self._variables_created = getattr(self, "_variables_created", 0) + 1
+        variable_order.check_same_variable(
+            self._cross_device_ops._cross_all_gather, self._cross_device_ops.transport.rank,
+            variable_order.describe(position, name, initial_value))
 
     def _global_rows(self, local_rows):
         if self._num_workers == 1:

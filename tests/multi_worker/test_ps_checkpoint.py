@@ -131,6 +131,26 @@ def test_keras_callbacks_resume_and_load_model_in_a_new_job(tmp_path, saved):
         _same_training(result, w)
 
 
+def test_workers_loading_differently_fail_at_once_on_every_worker(tmp_path, saved):
+    """One worker loads the ModelCheckpoint file with load_model (which also builds the optimizer),
+    the other builds the model and calls load_weights: they create variables in different orders,
+    which used to pair the initial-value broadcasts wrongly and hang. Now every worker fails
+    at once (well within TFX_TIMEOUT_S) naming what each was creating and what to do; the
+    servers exit cleanly."""
+    ckpt, _ = saved
+    workers, servers = run_ps_job(tmp_path, "ps_checkpoint.py", timeout_s=150, kill_on_failure=False,
+                                  env={"PHASE": "resume", "CKPT": ckpt, "MIXED": "1",
+                                       "TFX_TIMEOUT_S": "60"})
+    messages = []
+    for w in workers:
+        assert w.returncode == 1, w.describe()
+        assert "VariableOrderError" in w.stderr and "load_model" in w.stderr, w.describe()
+        messages.append(w.stderr[w.stderr.index("VariableOrderError: "):].splitlines()[0])
+    assert messages[0] == messages[1], messages  # the same error on both workers
+    assert "worker 0: variable #" in messages[0] and "worker 1: variable #" in messages[0], messages
+    _ok(servers)
+
+
 def test_dense_variables_on_servers_round_trip(tmp_path):
     """dense_variables="servers" (SGD: no slots): a tf.train.Checkpoint restored into 1 server and
     a Keras .weights.h5 loaded into 3, each after a first epoch of training, put the saved dense

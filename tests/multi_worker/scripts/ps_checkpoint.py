@@ -22,6 +22,8 @@ resume (a new job, 2 servers): keras.models.load_model of a copy of the
 ModelCheckpoint file, reports the rows; trains one epoch away from the backup
 (rows, the servers' slots and Keras's weights move), then fit(EPOCHS + 1) with
 BackupAndRestore, which must restore the backup and train the last epoch only.
+MIXED=<rank> (resume): that worker builds the model (its optimizer unbuilt, as a
+user's script would) and calls load_weights instead of load_model.
 DENSE=servers: the dense variables live on the servers; TRAIN_FIRST=1 (restore
 phase): train one epoch before restoring, so the restore must overwrite dense
 weights the servers already hold.
@@ -64,7 +66,8 @@ def build_model():
     model = keras.Model(inputs, outputs)
     optimizer = getattr(keras.optimizers, os.environ.get("OPTIMIZER", "Adagrad"))(0.5)
     model.compile(optimizer, "binary_crossentropy")
-    optimizer.build(model.trainable_variables)
+    if os.environ.get("MIXED") is None:
+        optimizer.build(model.trainable_variables)
     return model, table, optimizer
 
 
@@ -72,8 +75,12 @@ with strategy.scope():
     if PHASE == "resume":  # the model, its rows and its optimizer from ModelCheckpoint's file
         mc_copy = os.path.join(os.environ["WORKDIR"], f"mc_copy_{rank()}")
         shutil.copytree(MC_DIR, mc_copy)
-        model = keras.models.load_model(os.path.join(mc_copy, "model.keras"))
-        table, optimizer = model.get_layer("items"), model.optimizer
+        if os.environ.get("MIXED") is not None and rank() == int(os.environ["MIXED"]):
+            model, table, optimizer = build_model()
+            model.load_weights(os.path.join(mc_copy, "model.keras"))
+        else:
+            model = keras.models.load_model(os.path.join(mc_copy, "model.keras"))
+            table, optimizer = model.get_layer("items"), model.optimizer
     else:
         model, table, optimizer = build_model()
 checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
