@@ -37,6 +37,7 @@ from tfx_dist.layers import embedding_tables
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import _native, server
+from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib
 from tfx_dist.parameter_server.remote_table import RemoteTable
 
@@ -60,6 +61,8 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         self.dense_placement = dense_placement
         self._dense: dict[int, dense_variables_lib.DenseTable] = {}  # id(variable) -> its table
         self._dense_layout = dense_variables_lib.Placement(len(servers))
+        # Saved slots of dense variables whose tables do not exist yet: path -> (record, where).
+        self._pending_dense_slots: dict[str, tuple] = {}
         # The step being collected: its pushes (tables' and dense variables') and the dense
         # tables to pull back. Not thread-local: Strategy.run may call the replica
         # function in its own thread.
@@ -67,6 +70,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         self._closed = False
         atexit.register(self.close_parameter_servers)
         tfc.route_table_gradients()
+        tfc.keep_optimizer_extras()
 
     # -- tables ------------------------------------------------------------------------------
 
@@ -118,12 +122,20 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         table = self._dense.get(id(variable))
         if table is None:
             with tf.init_scope():  # values are read and sent eagerly, once
-                table = dense_variables_lib.DenseTable(variable, self._ps_client, next(self._table_ids),
-                                                       self._dense_layout)
+                if getattr(optimizer, "_tfx_ps_dense_slots", None) is None:
+                    # Tracked by the optimizer: checkpoints save the slots with it. A
+                    # checkpoint restored earlier restores it now (into pending).
+                    optimizer._tfx_ps_dense_slots = dense_checkpoint.DenseSlots(self)
+                record, beside = self._pending_dense_slots.pop(variable.path, (None, None))
+                table = dense_variables_lib.DenseTable(
+                    variable, self._ps_client, next(self._table_ids), self._dense_layout,
+                    first_id=record["first_id"] if record else None)
+                if record is not None:  # saved rows and slots, restored before training
+                    dense_checkpoint.restore_record(table, record, beside)
                 # The rule first (another worker may have set it already): the
                 # uploaded file's slots must match the servers' table.
                 table.set_optimizer(optimizer)
-                table.upload(variable.numpy())
+                table.upload(variable.numpy())  # nothing when the servers hold it
                 dense_variables_lib.upload_on_eager_assign(variable, table)
             self._dense[id(variable)] = table
         else:
@@ -133,6 +145,25 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
     def dense_tables(self) -> list[dense_variables_lib.DenseTable]:
         """The dense variables held by the servers so far, in creation order."""
         return list(self._dense.values())
+
+    def restore_dense_slots(self, records, beside) -> None:
+        """Restores saved rows and slots of dense variables (`dense_checkpoint` records); those
+        whose tables do not exist yet get them when created."""
+        tables = {table.variable.path: table for table in self._dense.values()}
+        for record in records:
+            table = tables.get(record["variable"])
+            if table is None:
+                self._pending_dense_slots[record["variable"]] = (record, beside)
+            else:
+                dense_checkpoint.restore_record(table, record, beside)
+
+    def save_optimizer_extras(self, optimizer, store) -> None:
+        """Keras's save of ``optimizer``: the servers' slots of dense variables, beside the file."""
+        if self._dense:
+            dense_checkpoint.save_to_keras_store(self, store)
+
+    def load_optimizer_extras(self, optimizer, store) -> None:
+        dense_checkpoint.load_from_keras_store(self, store)
 
     def refresh_dense_variables(self, after):
         """Ops that pull this step's dense variables into the workers' caches, after ``after``."""

@@ -152,11 +152,16 @@ def test_workers_loading_differently_fail_at_once_on_every_worker(tmp_path, save
 
 
 def test_dense_variables_on_servers_round_trip(tmp_path):
-    """dense_variables="servers" (SGD: no slots): a tf.train.Checkpoint restored into 1 server and
-    a Keras .weights.h5 loaded into 3, each after a first epoch of training, put the saved dense
-    weights back on the servers: training on reaches the save job's rows and weights."""
-    env = {"DENSE": "servers", "OPTIMIZER": "SGD", "TRAIN_FIRST": "1"}
+    """dense_variables="servers" with Adam: a tf.train.Checkpoint restored into 1 server before
+    training, and a Keras .weights.h5 loaded into 3 after a first epoch of training, put the saved
+    dense weights and the servers' Adam slots and step count back: training on reaches the save
+    job's rows and weights (rtol 1e-5; restarted slots would move Adam's first step by ~lr)."""
+    env = {"DENSE": "servers", "OPTIMIZER": "Adam"}
     ckpt, result = _save(tmp_path, **env)
-    for num_ps, extra in ((1, {}), (3, {"KERAS": "1"})):
+    files = os.listdir(ckpt)
+    for variable in ("dense_kernel", "dense_bias"):  # the servers wrote the dense slots' shards
+        shards = sorted(f.rsplit(".shard-", 1)[1] for f in files if f"-tfx_ps-dense_{variable}-" in f)
+        assert shards == ["0-of-2", "1-of-2"], files
+    for num_ps, extra in ((1, {}), (3, {"KERAS": "1", "TRAIN_FIRST": "1"})):
         for w in _restore(tmp_path, ckpt, num_ps=num_ps, **env, **extra):
             _same_training(result, w)

@@ -54,6 +54,12 @@ mark, and is installed (with the others) by the first call that needs one:
    over the global batch's), so the summed gradients are the single-device
    gradient of the global batch, even when the replicas hold different
    numbers of rows; outside one, Keras's own functions run.
+8. Optimizer state kept elsewhere (`keep_optimizer_extras`): Keras's
+   ``BaseOptimizer.save_own_variables`` / ``load_own_variables`` (the
+   optimizer's entry of a ``.weights.h5`` / ``.keras`` file) also let a
+   strategy whose extended has ``save_optimizer_extras`` add entries (the
+   servers' slots of dense variables) and ``load_optimizer_extras`` read them;
+   Keras's own load sees its entries only (it skips a count that differs).
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ def install() -> None:
         _install_checkpoint_prefix()
         _install_keras_build_from_first_replica()
         _install_keras_loss_share()
+        _install_keras_optimizer_extras()
         _installed = True
 
 
@@ -410,3 +417,41 @@ def _install_keras_loss_share() -> None:
 
     loss_module.scale_loss_for_distribution = scale_by_share
     loss_module.unscale_loss_for_distribution = unscale_by_share
+
+
+# -- 8. optimizer state kept elsewhere ----------------------------------------------------------
+
+EXTRA_KEY_PREFIX = "tfx_ps_"  # the entries a strategy adds to the optimizer's
+
+
+def keep_optimizer_extras() -> None:
+    """Lets strategies with ``extended.save_optimizer_extras`` / ``load_optimizer_extras``
+    add to the optimizer's entry of Keras's files. Idempotent."""
+    install()
+
+
+def _install_keras_optimizer_extras() -> None:
+    from keras.src.optimizers import base_optimizer
+
+    cls = base_optimizer.BaseOptimizer
+    original_save, original_load = cls.save_own_variables, cls.load_own_variables
+
+    def _extended(optimizer):
+        return getattr(getattr(optimizer, "_distribution_strategy", None), "extended", None)
+
+    def save_own_variables(self, store):
+        original_save(self, store)
+        save = getattr(_extended(self), "save_optimizer_extras", None)
+        if save is not None:
+            save(self, store)
+
+    def load_own_variables(self, store):
+        keys = list(store.keys())
+        if not any(k.startswith(EXTRA_KEY_PREFIX) for k in keys):
+            return original_load(self, store)
+        original_load(self, {k: store[k] for k in keys if not k.startswith(EXTRA_KEY_PREFIX)})
+        load = getattr(_extended(self), "load_optimizer_extras", None)
+        if load is not None:
+            load(self, store)
+
+    cls.save_own_variables, cls.load_own_variables = save_own_variables, load_own_variables

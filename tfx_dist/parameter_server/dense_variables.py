@@ -69,8 +69,10 @@ class Placement:
     def __init__(self, num_servers: int):
         self.floats = [0] * num_servers
 
-    def first_id(self, num_rows: int, dim: int) -> int:
-        start = min(range(len(self.floats)), key=lambda s: (self.floats[s], s))
+    def first_id(self, num_rows: int, dim: int, start: int | None = None) -> int:
+        """The first id of a variable of ``num_rows`` rows; ``start`` forces it."""
+        if start is None:
+            start = min(range(len(self.floats)), key=lambda s: (self.floats[s], s))
         for k in range(num_rows):
             self.floats[(start + k) % len(self.floats)] += dim
         return start
@@ -79,7 +81,8 @@ class Placement:
 class DenseTable:
     """One dense variable's rows on the servers."""
 
-    def __init__(self, variable, client_id: int, table_id: int, placement: Placement):
+    def __init__(self, variable, client_id: int, table_id: int, placement: Placement,
+                 first_id: int | None = None):
         self.variable = variable
         self.name = f"dense:{variable.path}"
         self.shape = tuple(int(d) for d in variable.shape)
@@ -89,12 +92,15 @@ class DenseTable:
                              f"'{variable.path}' is {variable.dtype}")
         self.dim = max(1, min(self.size, CHUNK))
         self.num_chunks = max(1, math.ceil(self.size / self.dim))
-        self.first_id = placement.first_id(self.num_chunks, self.dim)
+        self.first_id = placement.first_id(self.num_chunks, self.dim, first_id)
         self.num_rows = self.first_id + self.num_chunks
         self.num_servers = len(placement.floats)
         self.table_id = table_id
         self._client_id = client_id
         self._rule = store.SGD()
+        # What the servers hold, as far as this worker knows: (value, this worker's step
+        # count then); an eager assignment of the same value sends nothing.
+        self._held = None
         self._config = dict(dim=self.dim, num_rows=self.num_rows, name=self.name, table_id=table_id,
                             seed=0, initializer=store.Zeros())
         config = store.table_config(self.dim, self.num_rows, 0, 1, self.name, table_id, 0,
@@ -155,8 +161,50 @@ class DenseTable:
             _native.ERR_LEN), err)
         self._rule = rule
 
+    @property
+    def optimizer_rule(self):
+        return self._rule
+
+    def _steps(self) -> int:
+        return int(_native.lib().tfx_ps_steps(self._client_id))
+
+    def holds(self, value) -> bool:
+        """Whether the servers hold ``value`` (known from this worker's last upload or restore)."""
+        return (self._held is not None and self._held[1] == self._steps()
+                and np.array_equal(self._held[0], np.asarray(value, np.float32)))
+
+    def save(self, prefix: str) -> int:
+        """Has every server write its rows and slots to ``prefix.shard-<s>-of-<S>``; returns the
+        servers' step count of the optimizer (Adam's), which the files do not hold."""
+        for stale in table_checkpoint.existing_shards(prefix):  # another job size's files
+            tf.io.gfile.remove(stale)
+        applies = ctypes.c_int64(0)
+        err = _native.error_buffer()
+        _native.check(_native.lib().tfx_ps_save(self._client_id, self.table_id, prefix.encode(),
+                                                 ctypes.byref(applies), err, _native.ERR_LEN), err)
+        return applies.value
+
+    def restore(self, prefix: str, rule, applies: int) -> None:
+        """Replaces the rows and slots on every server with those `save` wrote (any number of
+        servers wrote them); ``rule``: the optimizer of their slots."""
+        paths = table_checkpoint.shard_files(prefix, self.name)
+        if rule is not None:
+            self._set_rule(rule)
+        encoded = [p.encode() for p in paths]
+        array = (ctypes.c_char_p * len(encoded))(*encoded)
+        err = _native.error_buffer()
+        _native.check(_native.lib().tfx_ps_restore(self._client_id, self.table_id, array, len(encoded),
+                                                    applies, err, _native.ERR_LEN), err)
+        self._held = (self.pull().numpy(), self._steps())
+
     def upload(self, value) -> None:
-        """Sets the rows on every server to ``value`` (eager); the slots restart."""
+        """Sets the rows on every server to ``value`` (eager); the slots restart.
+
+        Nothing is sent when the servers already hold ``value`` (a checkpoint's
+        restore of the variable after its slots were restored with the same rows).
+        """
+        if self.holds(value):
+            return
         flat = np.zeros(self.num_chunks * self.dim, np.float32)
         flat[:self.size] = np.asarray(value, np.float32).reshape(-1)
         folder = tempfile.mkdtemp(prefix="tfx_ps_dense_")
@@ -171,6 +219,7 @@ class DenseTable:
             err = _native.error_buffer()
             _native.check(_native.lib().tfx_ps_restore(self._client_id, self.table_id, array, 1, 0,
                                                         err, _native.ERR_LEN), err)
+            self._held = (flat[:self.size].reshape(self.shape), self._steps())
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
