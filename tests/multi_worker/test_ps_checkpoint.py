@@ -165,3 +165,5 @@ def test_dense_variables_on_servers_round_trip(tmp_path):
     for num_ps, extra in ((1, {}), (3, {"KERAS": "1", "TRAIN_FIRST": "1"})):
         for w in _restore(tmp_path, ckpt, num_ps=num_ps, **env, **extra):
             _same_training(result, w)
+            # Values reached the servers over the connections: no temporary file on the way.
+            assert w["temp_files"] == [], w["temp_files"]

@@ -9,7 +9,7 @@ import os
 from tfx_dist import _ops
 
 # Keep in step with c_api.h (TFX_EMB_ABI_VERSION and the structs); checked on load.
-ABI_VERSION = 1
+ABI_VERSION = 2
 ERR_LEN = 4096
 
 INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}

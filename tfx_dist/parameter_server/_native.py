@@ -33,6 +33,8 @@ _SIGNATURES = {
     "tfx_ps_save": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p, _i64_p] + _err),
     "tfx_ps_restore": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p),
                                         ctypes.c_int32, ctypes.c_int64] + _err),
+    "tfx_ps_assign": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p,
+                                       ctypes.c_int64, ctypes.c_int64] + _err),
 }
 
 

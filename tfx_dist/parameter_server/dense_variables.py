@@ -22,20 +22,17 @@ that reads variables between steps (evaluate, predict, saves) reads them.
 Values reach the servers when a variable is first trained (its current value,
 e.g. restored or loaded before training) and whenever it is assigned eagerly
 later (`tf.train.Checkpoint` restore, Keras ``load_weights``/``set_weights``):
-the worker writes the rows to a file in the checkpoint format with a local
-`store.TableShard` and has the servers restore it, so the file must be on
-storage the servers share (a temporary folder: one host), as for checkpoints.
-Such an upload restarts the servers' optimizer slots (and Adam's step count)
-of that variable.
+the worker sends the rows over its service connections (ASSIGN requests of at
+most `ASSIGN_CHUNK_BYTES`, authenticated like every request; no file, so no
+shared file system is needed). Such an upload restarts the servers' optimizer
+slots (and Adam's step count) of that variable; checkpoints and Keras files
+restore the slots afterwards (`dense_checkpoint`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-import os
-import shutil
-import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -48,6 +45,9 @@ from tfx_dist.parameter_server import _native, table_checkpoint
 # that a variable of a few rows still spreads over the servers.
 CHUNK = 1024
 PLACEMENTS = ("servers", "workers")
+# The most bytes of rows one ASSIGN request carries: a large variable goes in
+# several, so no request (and no server-side buffer) grows with it.
+ASSIGN_CHUNK_BYTES = 1 << 20
 
 
 def check_placement(dense_variables: str, mode: str) -> None:
@@ -101,8 +101,6 @@ class DenseTable:
         # What the servers hold, as far as this worker knows: (value, this worker's step
         # count then); an eager assignment of the same value sends nothing.
         self._held = None
-        self._config = dict(dim=self.dim, num_rows=self.num_rows, name=self.name, table_id=table_id,
-                            seed=0, initializer=store.Zeros())
         config = store.table_config(self.dim, self.num_rows, 0, 1, self.name, table_id, 0,
                                     store.Zeros(), store.SGD())
         err = _native.error_buffer()
@@ -207,21 +205,13 @@ class DenseTable:
             return
         flat = np.zeros(self.num_chunks * self.dim, np.float32)
         flat[:self.size] = np.asarray(value, np.float32).reshape(-1)
-        folder = tempfile.mkdtemp(prefix="tfx_ps_dense_")
-        try:
-            # SGD with learning rate 1 from zeros writes -gradient exactly.
-            with store.TableShard(**self._config) as local:
-                local.apply_gradients(self.ids, -flat.reshape(self.num_chunks, self.dim), 1.0)
-                local.set_optimizer(self._rule)  # the slot layout the servers' table has
-                path = table_checkpoint.shard_path(os.path.join(folder, "rows"), 0, 1)
-                local.save(path)
-            array = (ctypes.c_char_p * 1)(path.encode())
-            err = _native.error_buffer()
-            _native.check(_native.lib().tfx_ps_restore(self._client_id, self.table_id, array, 1, 0,
-                                                        err, _native.ERR_LEN), err)
-            self._held = (flat[:self.size].reshape(self.shape), self._steps())
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        ids = self.ids
+        err = _native.error_buffer()
+        _native.check(_native.lib().tfx_ps_assign(
+            self._client_id, self.table_id, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(ids),
+            flat.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 0, ASSIGN_CHUNK_BYTES, err,
+            _native.ERR_LEN), err)
+        self._held = (flat[:self.size].reshape(self.shape), self._steps())
 
 
 def upload_on_eager_assign(variable, table: DenseTable) -> None:

@@ -25,8 +25,9 @@ extern "C" {
 
 #define TFX_EMB_API __attribute__((visibility("default")))
 
-/* Bumped whenever a struct below or a signature changes. */
-#define TFX_EMB_ABI_VERSION 1
+/* Bumped whenever a struct below or a signature changes (2: the PS client gained
+ * tfx_ps_assign and servers the ASSIGN request). */
+#define TFX_EMB_ABI_VERSION 2
 
 typedef struct {
   int32_t kind;

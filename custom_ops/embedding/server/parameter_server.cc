@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <unordered_set>
 
 #include "custom_ops/embedding/core/checkpoint.h"
 #include "custom_ops/embedding/core/optimizers.h"
@@ -72,6 +73,7 @@ Status ParameterServer::Handle(int worker, uint16_t kind, const char* payload, s
     case kSave: st = Save(worker, payload, len, reply); break;
     case kRestore: st = Restore(worker, payload, len); break;
     case kSetOptimizer: st = SetOptimizer(worker, payload, len); break;
+    case kAssign: st = Assign(worker, payload, len); break;
     default:
       st = InvalidArgument("unknown request kind " + std::to_string(kind) + " from worker " +
                            std::to_string(worker));
@@ -305,6 +307,55 @@ Status ParameterServer::Restore(int worker, const char* payload, size_t len) {
   TFX_EMB_RETURN_IF_ERROR(embedding::RestoreShard(shard.get(), paths));
   std::lock_guard<std::mutex> lock(mu_);
   table->applies = applies;
+  return Status::Ok();
+}
+
+Status ParameterServer::Assign(int worker, const char* payload, size_t len) {
+  Reader r(payload, len);
+  int64_t table_id, applies, n, n_values;
+  uint32_t first, pad;
+  const int64_t* ids;
+  const float* values;
+  if (!r.Get(&table_id) || !r.Get(&applies) || applies < 0 || !r.Get(&first) || first > 1 || !r.Get(&pad) ||
+      !r.GetArray(&ids, &n) || !r.GetArray(&values, &n_values) || !r.done())
+    return Malformed(kAssign, worker);
+  Status st;
+  std::shared_ptr<embedding::TableShard> current;
+  Table* table = Find(table_id, &st, &current);
+  if (table == nullptr) return st;
+  const int64_t dim = current->config().dim;
+  if (n_values != n * dim)
+    return InvalidArgument(current->description() + ": an assignment of " + std::to_string(n) + " ids carries " +
+                           std::to_string(n_values) + " values, expected " + std::to_string(n * dim));
+  // Refuse bad input now, to its sender, with the table unchanged.
+  TFX_EMB_RETURN_IF_ERROR(current->CheckIds(ids, n));
+  for (int64_t i = 0; i < n_values; ++i) {
+    if (!std::isfinite(values[i]))
+      return InvalidArgument(current->description() + ": value of id " + std::to_string(ids[i / dim]) +
+                             " from worker " + std::to_string(worker) + " is not finite");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  // A new shard, swapped in whole (as SET_OPTIMIZER does): readers holding the
+  // old one finish on it, and a failure leaves the table as it was.
+  std::unique_ptr<embedding::TableShard> shard;
+  TFX_EMB_RETURN_IF_ERROR(embedding::TableShard::Create(table->config, &shard));
+  std::vector<float> record(static_cast<size_t>(shard->record_floats()));
+  const std::unordered_set<int64_t> assigned(ids, ids + n);
+  TFX_EMB_RETURN_IF_ERROR(shard->Replace([&](const embedding::TableShard::PutFn& put) -> Status {
+    if (!first) {  // a later chunk: keep the rows the earlier ones set
+      TFX_EMB_RETURN_IF_ERROR(table->shard->ForEachStoredRow([&](int64_t id, const float* old_record) {
+        return assigned.count(id) ? Status::Ok() : put(id, old_record);
+      }));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy(values + i * dim, values + (i + 1) * dim, record.begin());
+      embedding::InitialSlots(table->config.optimizer, dim, record.data() + dim);
+      TFX_EMB_RETURN_IF_ERROR(put(ids[i], record.data()));
+    }
+    return Status::Ok();
+  }));
+  table->shard = std::move(shard);
+  if (first) table->applies = applies;
   return Status::Ok();
 }
 

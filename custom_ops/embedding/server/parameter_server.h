@@ -61,6 +61,7 @@ class ParameterServer {
   embedding::Status Save(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
   embedding::Status Restore(int worker, const char* payload, size_t len);
   embedding::Status SetOptimizer(int worker, const char* payload, size_t len);
+  embedding::Status Assign(int worker, const char* payload, size_t len);
 
   // The table and (if shard) its current shard, or null and why.
   Table* Find(int64_t table_id, embedding::Status* error,

@@ -13,6 +13,7 @@ const char* KindName(uint16_t kind) {
     case kSave: return "SAVE";
     case kRestore: return "RESTORE";
     case kSetOptimizer: return "SET_OPTIMIZER";
+    case kAssign: return "ASSIGN";
   }
   return "an unknown request";
 }

@@ -30,6 +30,14 @@
 //                 replaces this shard's rows with its own rows from those
 //                 files, written by any number of shards, and its step
 //                 count with applies.
+//   ASSIGN        table_id i64, applies i64, first u32, (pad u32), ids (i64
+//                 array), values (f32 array, dim per id): sets those rows
+//                 (this server's), their slots restarting at the optimizer's
+//                 initial values. first = 1: the shard holds only these rows
+//                 afterwards and its step count becomes applies; first = 0
+//                 (the next chunks of one assignment): added to the rows kept.
+//                 Values sent over the connection, no file: the workers and
+//                 servers need not share a file system.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +56,7 @@ enum Kind : uint16_t {
   kSave = 5,
   kRestore = 6,
   kSetOptimizer = 7,
+  kAssign = 8,
 };
 const char* KindName(uint16_t kind);
 

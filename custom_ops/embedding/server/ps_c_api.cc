@@ -151,4 +151,11 @@ int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, i
   return Report(client->Restore(table_id, std::vector<std::string>(paths, paths + n), applies), err, err_len);
 }
 
+int32_t tfx_ps_assign(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, const float* values,
+                      int64_t applies, int64_t max_chunk_bytes, char* err, int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return Report(NoClient(id), err, err_len);
+  return Report(client->Assign(table_id, ids, n, values, applies, max_chunk_bytes), err, err_len);
+}
+
 }  // extern "C"

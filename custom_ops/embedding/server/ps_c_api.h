@@ -53,6 +53,11 @@ TFX_PS_API int32_t tfx_ps_save(int64_t id, int64_t table_id, const char* prefix,
  * number of shards) and sets the step count to applies. */
 TFX_PS_API int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, int32_t n,
                                   int64_t applies, char* err, int32_t err_len);
+/* Sets the table to exactly these n rows (values: dim floats per id) on every
+ * server, over the connections (no file), in requests of at most about
+ * max_chunk_bytes; slots restart, the step count becomes applies. */
+TFX_PS_API int32_t tfx_ps_assign(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, const float* values,
+                                 int64_t applies, int64_t max_chunk_bytes, char* err, int32_t err_len);
 
 #ifdef __cplusplus
 }

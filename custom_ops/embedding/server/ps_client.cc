@@ -205,4 +205,37 @@ Status PsClient::Restore(int64_t table_id, const std::vector<std::string>& paths
   return CallAll(kRestore, std::vector<std::string>(num_servers_, w.bytes()));
 }
 
+Status PsClient::Assign(int64_t table_id, const int64_t* ids, int64_t n, const float* values, int64_t applies,
+                        int64_t max_chunk_bytes) {
+  TableInfo info;
+  std::vector<std::vector<int64_t>> positions;
+  TFX_EMB_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
+  const int64_t row_bytes = static_cast<int64_t>(sizeof(int64_t) + info.dim * sizeof(float));
+  const int64_t per_chunk = std::max<int64_t>(1, max_chunk_bytes / row_bytes);
+  size_t most = 0;
+  for (const auto& p : positions) most = std::max(most, p.size());
+  const int64_t rounds = std::max<int64_t>(1, (static_cast<int64_t>(most) + per_chunk - 1) / per_chunk);
+  // Round 0 reaches every server (first = 1: it replaces the shard, even with no rows);
+  // later rounds only those with rows left.
+  for (int64_t k = 0; k < rounds; ++k) {
+    std::vector<std::string> payloads(num_servers_);
+    for (int s = 0; s < num_servers_; ++s) {
+      const int64_t begin = std::min<int64_t>(k * per_chunk, positions[s].size());
+      const int64_t end = std::min<int64_t>(begin + per_chunk, positions[s].size());
+      if (k > 0 && begin == end) continue;
+      const std::vector<int64_t> chunk(positions[s].begin() + begin, positions[s].begin() + end);
+      Writer w;
+      w.Put(table_id);
+      w.Put(applies);
+      w.Put(static_cast<uint32_t>(k == 0));
+      w.Put(static_cast<uint32_t>(0));
+      PutSelected(ids, chunk, &w);
+      PutSelectedRows(values, info.dim, chunk, &w);
+      payloads[s] = std::move(w.bytes());
+    }
+    TFX_EMB_RETURN_IF_ERROR(CallAll(kAssign, payloads));
+  }
+  return Status::Ok();
+}
+
 }  // namespace tfx::ps

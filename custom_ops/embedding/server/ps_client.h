@@ -42,6 +42,10 @@ class PsClient {
   // Each server reads its rows from all of paths (written by any number of
   // shards) and sets its step count to applies.
   embedding::Status Restore(int64_t table_id, const std::vector<std::string>& paths, int64_t applies);
+  // Sets the table to exactly these rows on every server (ASSIGN), slots restarting and the
+  // step count set to applies, in requests of at most about max_chunk_bytes each.
+  embedding::Status Assign(int64_t table_id, const int64_t* ids, int64_t n, const float* values,
+                           int64_t applies, int64_t max_chunk_bytes);
 
   int64_t steps() const { return steps_.load(); }
   int num_servers() const { return num_servers_; }

@@ -30,6 +30,7 @@ weights the servers already hold.
 """
 import os
 import shutil
+import sys
 
 import keras
 import numpy as np
@@ -52,6 +53,11 @@ if DYNAMIC:
     ids = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
 every_id = np.unique(ids)[:, None].repeat(3, axis=1)
 
+# Every temporary file or folder this worker's Python code creates (dense values used to
+# reach the servers through one; they must now go over the connections).
+temp_files = []
+sys.addaudithook(lambda event, args: temp_files.append(str(args[0])) if event in (
+    "tempfile.mkstemp", "tempfile.mkdtemp") else None)
 strategy = tfx_dist.ParameterServerStrategy(dense_variables=os.environ.get("DENSE", "workers"))
 KERAS_COPY = os.path.join(os.environ["WORKDIR"], f"keras_copy_{rank()}")
 BACKUP_DIR, MC_DIR = CKPT + "_backup", CKPT + "_mc"
@@ -191,6 +197,7 @@ if PHASE == "resume":  # restores the backup, then trains the third epoch only
     result["resumed_losses"] = fit(EPOCHS + 1, [keras.callbacks.BackupAndRestore(BACKUP_DIR), RowsAtTrainBegin()])
 else:
     fit(1)
+result["temp_files"] = temp_files
 result["rows_continued"] = rows()
 result["dense_continued"] = [w.tolist() for w in model.layers[-1].get_weights()]
 report(result)
