@@ -167,3 +167,6 @@ def test_dense_variables_on_servers_round_trip(tmp_path):
             _same_training(result, w)
             # Values reached the servers over the connections: no temporary file on the way.
             assert w["temp_files"] == [], w["temp_files"]
+            # The chief's ASSIGN of the 40-row table in 100-byte chunks (several per server).
+            np.testing.assert_allclose(w["assigned_rows"],
+                                       np.arange(160, dtype=np.float32).reshape(40, 4) / 7, rtol=1e-6)

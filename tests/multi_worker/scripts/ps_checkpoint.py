@@ -200,4 +200,20 @@ else:
 result["temp_files"] = temp_files
 result["rows_continued"] = rows()
 result["dense_continued"] = [w.tolist() for w in model.layers[-1].get_weights()]
+if PHASE == "restore" and os.environ.get("DENSE") == "servers" and not DYNAMIC:
+    # ASSIGN in chunks of 4 rows (100 bytes): the chief sets the 40-row table to known values
+    # over the connections; every worker then reads them back.
+    import ctypes
+    from tfx_dist.parameter_server import _native
+    strategy.extended.barrier()
+    if rank() == 0:
+        all_ids = np.arange(ROWS, dtype=np.int64)
+        values = (np.arange(ROWS * 4, dtype=np.float32).reshape(ROWS, 4) / 7).copy()
+        err = _native.error_buffer()
+        _native.check(_native.lib().tfx_ps_assign(
+            strategy.extended._ps_client, table.table.table_id,
+            all_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), ROWS,
+            values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 0, 100, err, _native.ERR_LEN), err)
+    strategy.extended.barrier()
+    result["assigned_rows"] = table(np.arange(ROWS)[:, None].repeat(3, axis=1)).numpy().tolist()
 report(result)
