@@ -15,8 +15,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -294,6 +296,20 @@ void FuzzParameterServer(int iterations) {
                               reinterpret_cast<float*>(reply_buf.data()) + 64 * 4);
   };
   const std::vector<float> before = lookup_all();
+  // ASSIGN (table 3, one id, values): bad input is refused and changes no row.
+  auto assign = [&](int64_t id, float value, int64_t n_values, uint32_t first) {
+    Writer w;
+    w.Put<int64_t>(3); w.Put<int64_t>(0); w.Put<uint32_t>(first); w.Put<uint32_t>(0);
+    w.Put<int64_t>(1); w.Put<int64_t>(id);
+    w.Put<int64_t>(n_values);
+    for (int64_t k = 0; k < n_values; ++k) w.Put<float>(value);
+    return ps.Handle(0, tfx::ps::kAssign, w.bytes().data(), w.bytes().size(), reply);
+  };
+  CHECK(!assign(5, std::nanf(""), 4, 1).ok(), "an ASSIGN of NaN is refused");
+  CHECK(!assign(64, 1.0f, 4, 1).ok(), "an ASSIGN of an out-of-range id is refused");
+  CHECK(!assign(5, 1.0f, 3, 1).ok(), "an ASSIGN with too few values is refused");
+  CHECK(!assign(5, 1.0f, 4, 2).ok(), "an ASSIGN with a bad first flag is refused");
+  CHECK(lookup_all() == before, "refused ASSIGNs changed the table's rows");
 
   std::vector<std::pair<uint16_t, std::string>> seeds;
   {
@@ -329,7 +345,10 @@ void FuzzParameterServer(int iterations) {
     std::string p = Mutate(rng, s.second);
     uint16_t kind = s.first;
     if (rng() % 10 == 0) kind = static_cast<uint16_t>(rng() % 16 == 0 ? rng() : 8 + rng() % 8);
-    if (kind == tfx::ps::kSave || kind == tfx::ps::kRestore || kind == tfx::ps::kCreateTable) kind = 99;
+    // ASSIGN rightly changes rows (checked on its own, above and below).
+    if (kind == tfx::ps::kSave || kind == tfx::ps::kRestore || kind == tfx::ps::kCreateTable ||
+        kind == tfx::ps::kAssign)
+      kind = 99;
     // A mutated PUSH with a learning rate other than 0 would rightly change rows: keep it 0.
     if (kind == tfx::ps::kPush && p.size() >= 20) std::memset(&p[16], 0, 4);
     const auto st = ps.Handle(0, kind, p.data(), p.size(), reply);
@@ -338,6 +357,14 @@ void FuzzParameterServer(int iterations) {
     const std::string c = Mutate(rng, create);
     if (tfx::ps::DecodeCreateTable(c.data(), c.size(), &decoded)) ++created;
   }
+  // A valid ASSIGN in two chunks: the first replaces the shard (other rows back to their
+  // initial values, whatever the fuzzed requests did), the second adds to it.
+  CHECK(assign(5, 1.5f, 4, 1).ok(), "the first chunk of an ASSIGN");
+  CHECK(assign(9, 2.5f, 4, 0).ok(), "the second chunk of an ASSIGN");
+  std::vector<float> expected = before;
+  std::fill(expected.begin() + 5 * 4, expected.begin() + 6 * 4, 1.5f);
+  std::fill(expected.begin() + 9 * 4, expected.begin() + 10 * 4, 2.5f);
+  CHECK(lookup_all() == expected, "ASSIGN's two chunks set exactly their rows");
   std::fprintf(stderr, "fuzzed parameter server requests: %d inputs, %d refused; %d mutated CREATE_TABLEs "
                "decoded\n", iterations, refused, created);
 }
