@@ -385,7 +385,11 @@ def main() -> None:
             report["command"], report["first_date"] = old["command"], old.get("first_date", old["date"])
             if previous and "runs" not in previous:
                 parser.error(f"--append: {args.out} has no per-run records (written before --append existed)")
-        report["fit"] = fit(args.horovod_venv, args.fit_rounds, args.epochs, args.timeout, systems, previous)
+        # One round at a time, written after each: a run cut short keeps the rounds it finished.
+        for _ in range(args.fit_rounds):
+            report["fit"] = previous = fit(args.horovod_venv, 1, args.epochs, args.timeout, systems, previous)
+            report["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            common.write_outputs("horovod_compare", report, markdown(report), args.out)
     md = markdown(report)
     common.write_outputs("horovod_compare", report, md, args.out)
     print(md)
