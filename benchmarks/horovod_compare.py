@@ -225,8 +225,9 @@ def summarize_fit(runs: dict, systems, epochs: int) -> dict:
 # --------------------------------------------------------------------------- report
 
 def markdown(report: dict) -> str:
-    title = ("# tfx_dist.horovod vs Horovod (2 processes, loopback)" if "allreduce" in report else
-             "# Horovod fit: tfx_dist.horovod, Horovod and the machine's ceiling (2 processes)")
+    title = "# " + report["title"] if report.get("title") else (
+        "# tfx_dist.horovod vs Horovod (2 processes, loopback)" if "allreduce" in report else
+        "# Horovod fit: tfx_dist.horovod, Horovod and the machine's ceiling (2 processes)")
     lines = [title, "",
              f"{report['date']}, {report['machine']}. Real Horovod "
              f"{report.get('horovod_version', '?')} with TensorFlow 2.12 and Gloo in its own virtual "
