@@ -168,37 +168,66 @@ def fit_once(system: str, venv: str, epochs: int, timeout: float) -> dict:
     return res
 
 
-def fit(venv: str, rounds: int, epochs: int, timeout: float, ceilings: bool = True) -> dict:
-    systems = FIT_SYSTEMS + (CEILINGS if ceilings else ())
+def fit(venv: str, rounds: int, epochs: int, timeout: float, systems=None, previous: dict | None = None) -> dict:
+    """Runs ``rounds`` more rounds (every system once per round, the order rotating) after
+    ``previous``'s (a report's "fit", same systems and epochs), and summarizes them all."""
+    systems = tuple(systems or FIT_SYSTEMS + CEILINGS)
     runs = {s: [] for s in systems}
-    for r in range(rounds):
+    done = 0
+    if previous:
+        if tuple(previous["systems"]) != systems or previous["epochs"] != epochs:
+            raise SystemExit(f"--append: the file has systems {previous['systems']} and {previous['epochs']} "
+                             f"epochs; this run has {list(systems)} and {epochs}")
+        runs, done = {s: list(previous["runs"][s]) for s in systems}, previous["rounds"]
+    for r in range(done, done + rounds):
         for system in _rotate(systems, r):
             load = os.getloadavg()[0]
             res = fit_once(system, venv, epochs, timeout)
-            res["load_before"], res["load_after"] = load, os.getloadavg()[0]
-            runs[system].append(res)
+            runs[system].append({"round": r, "examples_per_s": res["examples_per_s"],
+                                 "cpu_ms_per_step": res.get("cpu_ms_per_step"), "epoch_s": res["epoch_s"],
+                                 "accuracy": res["accuracy"][-1], "load_before": load,
+                                 "load_after": os.getloadavg()[0], "command": res["command"],
+                                 "versions": res["versions"], "params": res["params"],
+                                 "batch_per_rank": res["batch_per_rank"], "hidden": res["hidden"]})
             print(f"round {r} fit {system} (load {load:.1f}): {res['examples_per_s']:.0f} examples/s, "
+                  f"CPU {res.get('cpu_ms_per_step') or 0:.2f} ms/step, "
                   f"epochs {', '.join(f'{t:.2f}' for t in res['epoch_s'])} s", flush=True)
+    return summarize_fit(runs, systems, epochs)
+
+
+def summarize_fit(runs: dict, systems, epochs: int) -> dict:
+    """Medians over rounds, ratios to Horovod (and to the TF 2.21 ceiling) round by round."""
     eps = {s: [x["examples_per_s"] for x in runs[s]] for s in systems}
-    first = runs["horovod"][0]
-    return {"rounds": rounds, "epochs": epochs, "examples_per_s": {s: statistics.median(v) for s, v in eps.items()},
-            "per_round": eps,
-            "ratio": {s: statistics.median([a / b for a, b in zip(eps[s], eps["horovod"])])
-                      for s in systems if s != "horovod"},
-            "ratio_per_round": {s: [a / b for a, b in zip(eps[s], eps["horovod"])]
-                                for s in systems if s != "horovod"},
-            "final_accuracy": {s: [x["accuracy"][-1] for x in runs[s]] for s in systems},
-            "versions": {s: runs[s][0]["versions"] for s in systems}, "systems": list(systems),
-            "params": first["params"], "batch_per_rank": first["batch_per_rank"], "hidden": first["hidden"],
-            "commands": {s: runs[s][0]["command"] for s in systems},
-            "load": {s: [(x["load_before"], x["load_after"]) for x in runs[s]] for s in systems}}
+    cpu = {s: [x["cpu_ms_per_step"] for x in runs[s] if x.get("cpu_ms_per_step")] for s in systems}
+
+    def ratios(base):
+        return {s: [a / b for a, b in zip(eps[s], eps[base])] for s in systems if s != base}
+
+    first = runs[systems[0]][0]
+    out = {"rounds": len(eps[systems[0]]), "epochs": epochs, "systems": list(systems), "runs": runs,
+           "examples_per_s": {s: statistics.median(v) for s, v in eps.items()}, "per_round": eps,
+           "cpu_ms_per_step": {s: statistics.median(v) for s, v in cpu.items() if v},
+           "cpu_ms_per_step_per_round": cpu,
+           "final_accuracy": {s: [x["accuracy"] for x in runs[s]] for s in systems},
+           "versions": {s: runs[s][0]["versions"] for s in systems},
+           "params": first["params"], "batch_per_rank": first["batch_per_rank"], "hidden": first["hidden"],
+           "commands": {s: runs[s][0]["command"] for s in systems},
+           "load": {s: [(x["load_before"], x["load_after"]) for x in runs[s]] for s in systems}}
+    if "horovod" in systems:
+        out["ratio_per_round"] = ratios("horovod")
+        out["ratio"] = {s: statistics.median(v) for s, v in out["ratio_per_round"].items()}
+    if "none_tf221_x2" in systems:
+        out["to_ceiling_per_round"] = ratios("none_tf221_x2")
+        out["to_ceiling"] = {s: statistics.median(v) for s, v in out["to_ceiling_per_round"].items()}
+    return out
 
 
 # --------------------------------------------------------------------------- report
 
 def markdown(report: dict) -> str:
-    title = ("# tfx_dist.horovod vs Horovod (2 processes, loopback)" if "allreduce" in report else
-             "# Horovod fit: tfx_dist.horovod, Horovod and the machine's ceiling (2 processes)")
+    title = "# " + report["title"] if report.get("title") else (
+        "# tfx_dist.horovod vs Horovod (2 processes, loopback)" if "allreduce" in report else
+        "# Horovod fit: tfx_dist.horovod, Horovod and the machine's ceiling (2 processes)")
     lines = [title, "",
              f"{report['date']}, {report['machine']}. Real Horovod "
              f"{report.get('horovod_version', '?')} with TensorFlow 2.12 and Gloo in its own virtual "
@@ -228,48 +257,80 @@ def markdown(report: dict) -> str:
         lines.append("")
     f = report.get("fit")
     if f:
-        lines += [f"**Fit** (`benchmarks/horovod_fit_script.py`: MLP 784-{f['hidden']}-{f['hidden']}-10, "
-                  f"{f['params']:,} parameters, batch {f['batch_per_rank']} per rank, 8192 synthetic "
-                  "examples per rank, `DistributedOptimizer(Adam)`, broadcast, metric-average and "
-                  f"warmup callbacks; {f['epochs']} epochs, examples/s = both ranks' examples of an "
-                  "epoch / its time, median over the epochs after the first). "
-                  f"{f['rounds']} rounds; ratio = examples/s / Horovod's in the same round.", "",
-                  "| system | examples/s (median) | per round | ratio to Horovod (median) | per round | "
-                  "final train accuracy | load avg (before, after) |", "|---|---|---|---|---|---|---|"]
-        for s in f.get("systems", FIT_SYSTEMS):
-            ratio = f["ratio"].get(s)
-            lines.append(
-                f"| {FIT_LABELS[s]} | {f['examples_per_s'][s]:.0f} | "
-                f"{', '.join(f'{x:.0f}' for x in f['per_round'][s])} | "
-                + (f"{ratio:.2f}x | {', '.join(f'{x:.2f}' for x in f['ratio_per_round'][s])}" if ratio else "1 | -")
-                + f" | {', '.join(f'{x:.3f}' for x in f['final_accuracy'][s])} | "
-                + ", ".join(f"({b:.1f}, {e:.1f})" for b, e in f["load"][s]) + " |")
-        lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in f["commands"].values()) + ".", ""]
-        if "none_tf212_x2" in f["examples_per_s"]:
-            eps = f["examples_per_s"]
-            loads = [x for pairs in f["load"].values() for pair in pairs for x in pair]
-            beat = max(eps["tfx_horovodrun"], eps["tfx_run"]) > eps["none_tf221_x2"]
-            noisy = f["rounds"] < 3 or max(loads) > 4 or beat
-            lines += [f"**The machine's ceiling.** With no communication at all, 2 independent processes "
-                      f"(each on its rank's CPUs and half of the data, at once) do "
-                      f"{eps['none_tf221_x2']:.0f} examples/s under TF 2.21 / Keras 3 and "
-                      f"{eps['none_tf212_x2']:.0f} under Horovod's TF 2.12 / Keras 2: "
-                      f"{eps['none_tf221_x2'] / eps['horovod']:.2f}x Horovod's fit at best (median of the "
-                      f"per-round ratios: {f['ratio']['none_tf221_x2']:.2f}x). tfx_dist under horovodrun reaches "
-                      f"{eps['tfx_horovodrun'] / eps['none_tf221_x2']:.0%} of that ceiling, Horovod "
-                      f"{eps['horovod'] / eps['none_tf212_x2']:.0%} of its own environment's. "
-                      + (f"With {f['rounds']} round(s) and a load average of {min(loads):.1f}-{max(loads):.1f} "
-                         "these figures cannot carry a conclusion" + (" (a system with communication beat the "
-                         "no-communication ceiling, which only noise can do)" if beat else "")
-                         + ": rerun on a quiet machine with 3 rounds or more. " if noisy else
-                         "A 1.5x target is above what this machine can do with this script: even with no "
-                         "communication it is not reached. " if eps["none_tf221_x2"] / eps["horovod"] < 1.5
-                         else "The ceiling is above 1.5x Horovod: the target is not at this machine's limit. ")
-                      + f"The TF version alone: with no communication, TF 2.12 / Keras 2 ran "
-                      f"{eps['none_tf212_x2'] / eps['none_tf221_x2']:.2f}x TF 2.21 / Keras 3's examples/s as 2 "
-                      f"processes and {eps['none_tf212_x1'] / eps['none_tf221_x1']:.2f}x as 1 process.", ""]
-    lines += [f"*Command: `{report['command']}`.*", ""]
+        lines += fit_markdown(f)
+    when = (f"{report['first_date']} to {report['date']}" if report.get("first_date") else report["date"])
+    lines += [f"*Command: `{report['command']}`"
+              + "".join(f", then `{c}`" for c in report.get("appended", [])) + f" ({when}).*", ""]
     return "\n".join(lines)
+
+
+def _spread(values, fmt="{:.2f}") -> str:
+    return f"{fmt.format(min(values))}-{fmt.format(max(values))}" if values else "-"
+
+
+def fit_markdown(f: dict) -> list[str]:
+    systems = f.get("systems", FIT_SYSTEMS)
+    eps, hvd = f["examples_per_s"], f.get("ratio", {})
+    ceil, cpu = f.get("to_ceiling", {}), f.get("cpu_ms_per_step", {})
+    lines = [f"**Fit** (`benchmarks/horovod_fit_script.py`: MLP 784-{f['hidden']}-{f['hidden']}-10, "
+             f"{f['params']:,} parameters, batch {f['batch_per_rank']} per rank, 8192 synthetic "
+             "examples per rank, `DistributedOptimizer(Adam)`, broadcast, metric-average and "
+             f"warmup callbacks; {f['epochs']} epochs, examples/s = both ranks' examples of an "
+             "epoch / its time, median over the epochs after the first). "
+             f"{f['rounds']} rounds, every system once per round, the order rotating, so drift hits all; "
+             "ratios are taken within a round, then their median (and range) over rounds. CPU / step: "
+             "rank 0's CPU seconds (all its threads) per step, median over rounds: what a step costs the "
+             "machine, which load inflates much less than wall time.", "",
+             "| system | examples/s: median (range) | ratio to Horovod: median (range) | "
+             "ratio to the TF 2.21 ceiling: median (range) | CPU / step (range) | final train accuracy | "
+             "load avg at starts |", "|---|---|---|---|---|---|---|"]
+    for s in systems:
+        lines.append(
+            f"| {FIT_LABELS[s]} | {eps[s]:.0f} ({_spread(f['per_round'][s], '{:.0f}')}) | "
+            + (f"{hvd[s]:.2f}x ({_spread(f['ratio_per_round'][s])})" if s in hvd else "1" if s == "horovod" else "-")
+            + " | " + (f"{ceil[s]:.2f}x ({_spread(f['to_ceiling_per_round'][s])})" if s in ceil
+                       else "1" if s == "none_tf221_x2" else "-")
+            + " | " + (f"{cpu[s]:.2f} ms ({_spread(f['cpu_ms_per_step_per_round'][s])})" if s in cpu else "-")
+            + f" | {_spread(f['final_accuracy'][s], '{:.3f}')} | "
+            + _spread([b for b, _ in f["load"][s]], "{:.1f}") + " |")
+    lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in f["commands"].values()) + ".", ""]
+    if "none_tf221_x2" in eps and "horovod" in eps:
+        loads = [x for pairs in f["load"].values() for pair in pairs for x in pair]
+        tfx = [s for s in ("tfx_run", "tfx_horovodrun") if s in eps]
+        best = max(tfx, key=lambda s: ceil[s]) if tfx else None
+        noisy = f["rounds"] < 3 or max(loads) > 4
+        ceiling_x = hvd["none_tf221_x2"]
+        text = (f"**The machine's ceiling.** With no communication at all, 2 independent processes "
+                f"(each on its rank's CPUs and half of the data, at once) do {eps['none_tf221_x2']:.0f} "
+                f"examples/s under TF 2.21 / Keras 3: {ceiling_x:.2f}x Horovod's fit (median of the per-round "
+                f"ratios; range {_spread(f['ratio_per_round']['none_tf221_x2'])}). ")
+        if best:
+            text += (f"tfx_dist ({best}) runs at {ceil[best]:.0%} of that ceiling round by round (range "
+                     f"{_spread(f['to_ceiling_per_round'][best])})")
+            if best in cpu and "none_tf221_x2" in cpu:
+                text += (f"; its step costs {cpu[best]:.2f} ms of CPU against the ceiling's "
+                         f"{cpu['none_tf221_x2']:.2f} ms ({cpu[best] / cpu['none_tf221_x2'] - 1:+.0%}: "
+                         "the all-reduce and its runtime thread)")
+            text += ". "
+        if noisy:
+            text += (f"With {f['rounds']} round(s) and a load average of {min(loads):.1f}-{max(loads):.1f} "
+                     "the wall-time figures cannot carry a conclusion on their own: the ceiling's 2 processes "
+                     "never wait for each other, a synchronous step waits for the slower rank, so load from "
+                     "other users widens the gap; rerun on a quiet machine for a verdict. ")
+        elif ceiling_x < 1.5:
+            text += ("A 1.5x target is above what this machine can do with this script: even with no "
+                     "communication it is not reached. ")
+        else:
+            text += "The ceiling is above 1.5x Horovod: the target is not at this machine's limit. "
+        if "none_tf212_x2" in eps:
+            text += (f"The TF version alone: with no communication, TF 2.12 / Keras 2 ran "
+                     f"{eps['none_tf212_x2'] / eps['none_tf221_x2']:.2f}x TF 2.21 / Keras 3's examples/s as "
+                     "2 processes")
+            if "none_tf212_x1" in eps and "none_tf221_x1" in eps:
+                text += f" and {eps['none_tf212_x1'] / eps['none_tf221_x1']:.2f}x as 1 process"
+            text += "."
+        lines += [text, ""]
+    return lines
 
 
 def main() -> None:
@@ -284,7 +345,18 @@ def main() -> None:
     parser.add_argument("--horovod-venv", default=ar.DEFAULT_HOROVOD_VENV)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out", default=os.path.join(RESULTS, "horovod_compare.json"))
+    parser.add_argument("--systems", default="",
+                        help="fit systems, comma-separated (default: all); e.g. horovod,tfx_run,none_tf221_x2")
+    parser.add_argument("--append", action="store_true",
+                        help="add --fit-rounds rounds to --out's fit rounds (same systems and epochs), "
+                             "so that rounds can be run in several locked sessions")
+    parser.add_argument("--markdown-only", action="store_true", help="rewrite --out's .md from its .json")
     args = parser.parse_args()
+    if args.markdown_only:
+        with open(args.out) as f:
+            report = json.load(f)
+        common.write_outputs("horovod_compare", report, markdown(report), args.out)
+        return
     if not os.path.exists(os.path.join(args.horovod_venv, "bin", "horovodrun")):
         sys.exit(f"{args.horovod_venv}/bin/horovodrun missing: run benchmarks/setup_horovod.sh "
                  "(make horovod) first")
@@ -300,8 +372,25 @@ def main() -> None:
             [os.path.join(args.horovod_venv, "bin", "python"), "-c", "import horovod; print(horovod.__version__)"],
             capture_output=True, text=True, timeout=args.timeout).stdout.strip() or None
     if "fit" not in args.skip:
-        report["fit"] = fit(args.horovod_venv, args.fit_rounds, args.epochs, args.timeout,
-                            ceilings="ceiling" not in args.skip)
+        systems = (args.systems.split(",") if args.systems else
+                   FIT_SYSTEMS + (CEILINGS if "ceiling" not in args.skip else ()))
+        unknown = sorted(set(systems) - set(FIT_LABELS))
+        if unknown:
+            parser.error(f"unknown --systems {unknown}; known: {sorted(FIT_LABELS)}")
+        previous = None
+        if args.append and os.path.exists(args.out):
+            with open(args.out) as f:
+                old = json.load(f)
+            previous = old.get("fit")
+            report["appended"] = old.get("appended", []) + [report["command"]]
+            report["command"], report["first_date"] = old["command"], old.get("first_date", old["date"])
+            if previous and "runs" not in previous:
+                parser.error(f"--append: {args.out} has no per-run records (written before --append existed)")
+        # One round at a time, written after each: a run cut short keeps the rounds it finished.
+        for _ in range(args.fit_rounds):
+            report["fit"] = previous = fit(args.horovod_venv, 1, args.epochs, args.timeout, systems, previous)
+            report["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            common.write_outputs("horovod_compare", report, markdown(report), args.out)
     md = markdown(report)
     common.write_outputs("horovod_compare", report, md, args.out)
     print(md)

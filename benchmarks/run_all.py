@@ -292,10 +292,12 @@ def horovod_section() -> list[str]:
 
 
 def horovod_fit_sections() -> list[str]:
-    """The fit's ceiling (horovod_compare.py --skip allreduce --out ...horovod_fit_ceiling.json) and
-    where the step goes (horovod_fit_profile.py), each run on its own."""
+    """The fit's ceiling (horovod_compare.py --skip allreduce --out ...horovod_fit_ceiling.json), its
+    CPU per step (the same with --systems ... --out ...horovod_fit_cpu.json) and where the step goes
+    (horovod_fit_profile.py), each run on its own."""
     note = ["Not rerun by this command: the command at the end of the section rewrites the file copied here."]
     return (_copied_section("horovod_fit_ceiling.md", "## Horovod fit: the machine's ceiling", note)
+            + _copied_section("horovod_fit_cpu.md", "## Horovod fit: CPU per step", note)
             + _copied_section("horovod_fit_profile.md", "## Horovod fit: where the step goes", note))
 
 
