@@ -28,7 +28,8 @@ Bytes that do not start with the magic are reported as garbage and the
 connection is dropped; the listener keeps waiting for the real peers.
 
 A rank that fails before it can connect (its own address does not resolve
-or cannot be bound) tells rank 0, best effort: the same handshake on channel
+or cannot be bound, or its script raised before its rendezvous finished:
+``early_failure``) tells rank 0, best effort: the same handshake on channel
 ABORT, with {"abort": its error} in HELLO's extra (so the error is bound into
 both MACs: only a peer with the secret can stop the job this way). Rank 0
 then fails at once naming that rank and its error, rather than after
@@ -528,7 +529,7 @@ _MAX_ABORT_CHARS = 2000
 _ABORT_TRY_S = 5.0
 
 
-def _tell_rank_0(rank: int, size: int, addresses: list[str], secret: bytes, error: str,
+def tell_rank_0(rank: int, size: int, addresses: list[str], secret: bytes, error: str,
                  timeout_s: float) -> bool:
     """Best effort: rank 0 learns that this rank failed before connecting, and why."""
     try:
@@ -549,7 +550,7 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
         listener = _Listener(rank, size, addresses, secret, deadline)
     except RendezvousError as e:  # this rank cannot take part: rank 0 need not wait for it
         if rank > 0:
-            _tell_rank_0(rank, size, addresses, secret, str(e), timeout_s)
+            tell_rank_0(rank, size, addresses, secret, str(e), timeout_s)
         raise
     socks: list[socket.socket] = []
     try:
