@@ -3,8 +3,8 @@ fails before its rendezvous finished, as SCENARIO says.
 
 Usage: python early_failure_worker.py SCENARIO RANK ADDRESSES_JSON ARG
 
-Rank 0 prints "ERROR <json: message, time>" (exit 3) when its rendezvous
-fails. Rank 1 prints "FAILING <time>" just before it fails.
+Rank 0 prints "CONNECTING <time>" before its rendezvous and "ERROR <json:
+message, time>" (exit 3) when it fails. Rank 1 prints "FAILING <time>" just before it fails.
 """
 
 import json
@@ -25,6 +25,7 @@ def _tf_config(addresses, rank):
 
 
 def rank_0(addresses):
+    print("CONNECTING", time.time(), flush=True)
     try:
         Communicator(0, len(addresses), addresses)
     except RendezvousError as e:
