@@ -121,6 +121,8 @@ def read_report(text: str) -> tuple[list[str], list[dict]]:
 def merge(old_text: str, new_rows: list[dict], what: str, pytest_rc: int | None) -> str:
     """The existing report with ``new_rows`` in place of its rows of the same tests."""
     header, old_rows = read_report(old_text)
+    # A test run twice (e.g. in two streams) gives its row twice: keep the latest.
+    new_rows = list({(r["test"], r["case"]): r for r in sorted(new_rows, key=lambda r: r["time"])}.values())
     tests = {r["test"] for r in new_rows}
     kept = [r for r in old_rows if r["test"] not in tests]
     replaced = len(old_rows) - len(kept)

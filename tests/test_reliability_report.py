@@ -22,7 +22,9 @@ def test_merge_replaces_the_same_tests_rows_and_keeps_the_others():
     assert [r["test"] for r in rows] == ["t.py::a", "t.py::b", "t.py::c"]
     assert rows[0]["detected_s"] == "4 ms" and rows[1]["outcome"] == "old | result"
     merged = report.merge(old, [_row("t.py::b", "soak: new soak", "exact"),
-                                _row("t.py::d", "soak: 2 GiB", "exact")], "the long runs", pytest_rc=1)
+                                _row("t.py::d", "soak: 2 GiB", "first run", t=1_800_000_000.0),
+                                _row("t.py::d", "soak: 2 GiB", "exact", t=1_800_000_100.0)],
+                          "the long runs", pytest_rc=1)
     _, rows = report.read_report(merged)
     assert sorted((r["test"], r["outcome"]) for r in rows) == [
         ("t.py::a", "named"), ("t.py::b", "exact"), ("t.py::c", "flat"), ("t.py::d", "exact")]
