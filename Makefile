@@ -1,7 +1,7 @@
 # The two commands of the README, and the benchmark.
 PYTHON ?= python3
 
-.PHONY: setup demo test cpp-test bench horovod gpu-check reliability
+.PHONY: setup demo test cpp-test bench horovod gpu-check reliability reliability-long
 
 setup:
 	bash scripts/setup.sh
@@ -56,6 +56,18 @@ reliability:
 	  $(PYTHON) -m pytest tests -m reliability -q -p no:cacheprovider; rc=$$?; \
 	  $(PYTHON) scripts/reliability_report.py $(RELIABILITY_LOG) RELIABILITY.md \
 	    --long-ran $(RELIABILITY_LONG) --pytest-rc $$rc; exit $$rc
+
+# Only the long runs (pytest -m long: soak, 4 workers on 2 cores, 2 GiB, minutes of
+# fuzzing, 10,000-step memory runs), merged into the existing RELIABILITY.md:
+# their rows replace the same tests' rows, the header says so.
+RELIABILITY_LONG_LOG := build/reliability-long.jsonl
+reliability-long:
+	@mkdir -p build && rm -f $(RELIABILITY_LONG_LOG)
+	TFX_RELIABILITY_LONG=1 TFX_RELIABILITY_LOG=$(abspath $(RELIABILITY_LONG_LOG)) \
+	  $(PYTHON) -m pytest tests -m long -q -p no:cacheprovider; rc=$$?; \
+	  $(PYTHON) scripts/reliability_report.py $(RELIABILITY_LONG_LOG) RELIABILITY.md \
+	    --merge "the long runs (\`make reliability-long\`: \`pytest -m long\` with TFX_RELIABILITY_LONG=1)" \
+	    --pytest-rc $$rc; exit $$rc
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py

@@ -70,7 +70,7 @@ def test_memory_flat_over_thousands_of_collectives(scenario, calls, tensors, rel
 @pytest.mark.long
 @pytest.mark.parametrize("scenario,tensors", [("numpy", 100), ("eager", 100)])
 def test_memory_flat_over_10000_collectives(scenario, tensors, reliability):
-    _check(scenario, 10_000, tensors, reliability, timeout=1800)
+    _check(scenario, 10_000, tensors, reliability, timeout=4 * 3600)  # a hang, not slowness
 
 
 def test_memory_flat_over_1500_fit_steps(reliability):
@@ -80,4 +80,4 @@ def test_memory_flat_over_1500_fit_steps(reliability):
 
 @pytest.mark.long
 def test_memory_flat_over_10000_fit_steps(reliability):
-    _check("fit", 10_000, 0, reliability, timeout=3600)
+    _check("fit", 10_000, 0, reliability, timeout=4 * 3600)

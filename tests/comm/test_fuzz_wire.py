@@ -116,6 +116,10 @@ def _check_rendezvous(out, reliability, seconds):
     before, after = out["before"], out["after"]
     assert after["Threads"] <= before["Threads"] + 25, (before, after)   # handshake threads end
     assert after["VmRSS"] < before["VmRSS"] + 20 * 1024, (before, after)  # KiB
+    # Not one log line per bad connection: an attacker must not flood rank 0's
+    # log (a full stderr pipe once held a thread per connection, 5,940 in 120 s).
+    logged = out["results"][0].stderr.count("rejected")
+    assert logged <= 20 + out["sent"] // 1000 + 5, logged
     assert out["sent"] > 20, out
     reliability(f"attack: {out['sent']} connections of random, mutated, truncated and huge-length handshakes "
                 f"at a waiting rank for {seconds:g} s ({', '.join(f'{k} {v}' for k, v in sorted(out['kinds'].items()))})",

@@ -28,17 +28,31 @@ class Proc:
              str(num_clients), scenario],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
         self.lines = []
+        self._unread = b""  # bytes read from stdout, not yet split into lines
 
     def wait_line(self, prefix, timeout=20.0):
+        # select() on the raw pipe with our own line buffer: a buffered
+        # readline() would pull several lines at once and select() would then
+        # report nothing to read while those lines sit unseen in its buffer
+        # (that made a worker's "CALLING" visible only when its next line came).
+        fd = self.p.stdout.fileno()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if select.select([self.p.stdout], [], [], 0.1)[0]:
-                line = self.p.stdout.readline()
-                if not line:
-                    break
+        while True:
+            while b"\n" in self._unread:
+                raw, self._unread = self._unread.split(b"\n", 1)
+                line = raw.decode("utf-8", "replace") + "\n"
                 self.lines.append(line)
                 if line.startswith(prefix):
                     return line[len(prefix):].strip()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if not select.select([fd], [], [], left)[0]:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            self._unread += chunk
         raise AssertionError(f"{self.name} printed no {prefix!r} in {timeout} s: {self.lines}\n"
                              f"{self.p.stderr.read() if self.p.poll() is not None else ''}")
 
@@ -48,10 +62,14 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.p.kill()
             out, err = self.p.communicate()
-            raise AssertionError(f"{self.name} hung:\n{''.join(self.lines)}{out}\n{err[-3000:]}")
-        self.out = "".join(self.lines) + out
+            raise AssertionError(f"{self.name} hung:\n{self._seen()}{out}\n{err[-3000:]}")
+        self.out = self._seen() + out
         self.err = err
         return self
+
+    def _seen(self) -> str:
+        """What wait_line read: its lines, then the bytes it had not split yet."""
+        return "".join(self.lines) + self._unread.decode("utf-8", "replace")
 
     def result(self):
         for line in self.out.splitlines():

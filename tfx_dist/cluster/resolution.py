@@ -91,17 +91,30 @@ def resolve(cluster_resolver=None, environ: Optional[Mapping[str, str]] = None) 
         message names the field, what arrived and the expected shape.
     """
     if cluster_resolver is not None:
-        return from_cluster_resolver(cluster_resolver)
+        return _armed(from_cluster_resolver(cluster_resolver))
     own_environment = environ is None
     environ = os.environ if environ is None else environ
     text = environ.get("TF_CONFIG", "").strip()
     if text and not _is_empty_json_object(text):
-        return parse_tf_config(text)
+        return _armed(parse_tf_config(text)) if own_environment else parse_tf_config(text)
     for reader in (from_horovod_env, from_mpi_env, from_slurm_env):
         info = reader(environ)
         if info is not None:
-            return _with_addresses(info, environ) if own_environment else info
+            return _armed(_with_addresses(info, environ)) if own_environment else info
     return single_process()
+
+
+def _armed(info: ClusterInfo) -> ClusterInfo:
+    """This process's own place in a multi-worker job: from now until its
+    rendezvous finishes, an exception that ends the script tells rank 0
+    (``tfx_dist.comm.early_failure``). Not for parameter-server jobs, whose
+    workers meet the servers, not rank 0's rendezvous."""
+    if info.in_allreduce_group and info.is_distributed and info.worker_addresses and not info.ps_addresses:
+        from tfx_dist.comm import early_failure  # late: tfx_dist.comm imports this package
+
+        early_failure.arm(info.rank, info.num_workers, info.worker_addresses,
+                          os.environ.get("TFX_JOB_SECRET"))
+    return info
 
 
 def _with_addresses(info: ClusterInfo, environ: Mapping[str, str]) -> ClusterInfo:

@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 
 from tfx_dist import settings
-from tfx_dist.comm import _native, interrupts, naming
+from tfx_dist.comm import _native, early_failure, interrupts, naming
 from tfx_dist.cluster.shm_segments import sweep_dead_segments
 from tfx_dist.comm import timeline as _timeline
 from tfx_dist.comm.rendezvous import RendezvousError, connect_all
@@ -125,6 +125,9 @@ class Communicator:
             raise ValueError(f"Expected one address per rank ({size}). Received: {addresses!r}")
         self.rank, self.size = int(rank), int(size)
         self.addresses = list(addresses)
+        # Until the rendezvous below finishes, an exception that ends this
+        # process (a bad setting on this rank, Ctrl-C) tells rank 0 at once.
+        early_failure.arm(self.rank, self.size, self.addresses, secret or settings.get("TFX_JOB_SECRET"))
         self.timeout_s = float(settings.get("TFX_TIMEOUT_S", timeout_s))
         self.compression = str(settings.get("TFX_COMPRESSION", compression))
         if self.compression not in _native.COMPRESSIONS:
@@ -159,6 +162,7 @@ class Communicator:
             # memory handshake (without a launcher to sweep them).
             sweep_dead_segments()
             conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s)
+            early_failure.disarm()  # connected: rank 0 now sees this process fail by itself
         else:
             conns = None
         # TCP data and control connections: integrity (or encryption) keyed by the rendezvous.

@@ -28,7 +28,8 @@ Bytes that do not start with the magic are reported as garbage and the
 connection is dropped; the listener keeps waiting for the real peers.
 
 A rank that fails before it can connect (its own address does not resolve
-or cannot be bound) tells rank 0, best effort: the same handshake on channel
+or cannot be bound, or its script raised before its rendezvous finished:
+``early_failure``) tells rank 0, best effort: the same handshake on channel
 ABORT, with {"abort": its error} in HELLO's extra (so the error is bound into
 both MACs: only a peer with the secret can stop the job this way). Rank 0
 then fails at once naming that rank and its error, rather than after
@@ -68,6 +69,7 @@ critical.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import errno
 import hashlib
@@ -260,6 +262,16 @@ def _bind(rank: int, address: str) -> socket.socket:
     return sock
 
 
+# A flood of bad connections (issue 19's minutes of fuzzing) must not flood
+# the log, nor hold a thread per connection while a full stderr pipe blocks
+# the log line: the first rejections are logged one by one, then one line
+# per _REJECTION_LOG_EVERY; at most _HANDSHAKE_THREADS handshakes run at
+# once (the rest wait in the kernel's backlog).
+_LOGGED_REJECTIONS = 20
+_REJECTION_LOG_EVERY = 1000
+_KEPT_REJECTIONS = 1000
+_HANDSHAKE_THREADS = 64
+
 # How long a rank whose proof failed may take to connect properly before the
 # failure is taken as the cause (long enough that an impostor's attempt while
 # the real rank starts up does not fail the job, far shorter than the timeout).
@@ -284,7 +296,9 @@ class _Listener:
                 self.expected |= {(CONTROL, r) for r in range(1, size)}
         # (channel, client rank) -> (socket, same host, wire keys: send key + receive key)
         self.accepted: dict[tuple[int, int], tuple[socket.socket, bool, bytes]] = {}
-        self.rejections: list[str] = []
+        self.rejections: collections.deque[str] = collections.deque(maxlen=_KEPT_REJECTIONS)  # the latest
+        self.rejected = 0
+        self.handshake_slots = threading.BoundedSemaphore(_HANDSHAKE_THREADS)
         self.fatal: str | None = None   # the clusters differ: no point waiting for the timeout
         # Rank -> (when, why) of a proof that did not verify from a process
         # claiming an expected rank: a peer with another secret, unless that
@@ -310,16 +324,33 @@ class _Listener:
                 continue
             except OSError:
                 return
-            threading.Thread(target=self._handshake, args=(conn, peer_addr), daemon=True).start()
+            while not self.handshake_slots.acquire(timeout=0.2):
+                if self.done.is_set() or time.monotonic() > self.deadline:
+                    conn.close()
+                    return
+            threading.Thread(target=self._handshake_in_slot, args=(conn, peer_addr), daemon=True).start()
+
+    def _handshake_in_slot(self, conn: socket.socket, peer_addr) -> None:
+        try:
+            self._handshake(conn, peer_addr)
+        finally:
+            self.handshake_slots.release()
 
     def _reject(self, conn: socket.socket, why: str) -> None:
-        _log.warning("tfx_dist rank %d: rejected a connection to %s: %s", self.rank, self.address, why)
-        with self.lock:
-            self.rejections.append(why)
         try:
             conn.close()
         except OSError:
             pass
+        with self.lock:
+            self.rejections.append(why)
+            self.rejected += 1
+            count = self.rejected
+        if count <= _LOGGED_REJECTIONS:
+            _log.warning("tfx_dist rank %d: rejected a connection to %s: %s", self.rank, self.address, why)
+        elif count % _REJECTION_LOG_EVERY == 0:
+            _log.warning("tfx_dist rank %d: rejected %d connections to %s so far (only the first %d are "
+                         "logged one by one); the latest: %s", self.rank, count, self.address,
+                         _LOGGED_REJECTIONS, why)
 
     def _handshake(self, conn: socket.socket, peer_addr) -> None:
         where = f"{peer_addr[0]}:{peer_addr[1]}"
@@ -387,11 +418,13 @@ class _Listener:
         except (OSError, TimeoutError, struct.error) as e:
             return self._reject(conn, f"handshake with {where} failed: {e}")
         with self.lock:
-            if (channel, crank) in self.accepted:
-                return self._reject(conn, f"rank {crank} connected twice")
-            self.accepted[(channel, crank)] = (conn, same_host, to_client + to_server)
-            if set(self.accepted) == self.expected:
-                self.done.set()
+            twice = (channel, crank) in self.accepted
+            if not twice:
+                self.accepted[(channel, crank)] = (conn, same_host, to_client + to_server)
+                if set(self.accepted) == self.expected:
+                    self.done.set()
+        if twice:  # outside the lock: _reject takes it
+            self._reject(conn, f"rank {crank} connected twice")
 
     def wait(self) -> dict:
         while not self.done.wait(0.05):
@@ -406,7 +439,7 @@ class _Listener:
             if time.monotonic() > self.deadline:
                 with self.lock:
                     missing = sorted({r for c, r in self.expected - set(self.accepted)})
-                    rejected = "; ".join(self.rejections[-5:])
+                    rejected = "; ".join(list(self.rejections)[-5:])
                 raise RendezvousError(
                     f"tfx_dist rank {self.rank}: timed out waiting for rank(s) {missing} to connect to "
                     f"{self.address}" + (f". Rejected connections: {rejected}" if rejected else "") +
@@ -528,8 +561,8 @@ _MAX_ABORT_CHARS = 2000
 _ABORT_TRY_S = 5.0
 
 
-def _tell_rank_0(rank: int, size: int, addresses: list[str], secret: bytes, error: str,
-                 timeout_s: float) -> bool:
+def tell_rank_0(rank: int, size: int, addresses: list[str], secret: bytes, error: str,
+                timeout_s: float) -> bool:
     """Best effort: rank 0 learns that this rank failed before connecting, and why."""
     try:
         sock = _connect(rank, size, 0, addresses, ABORT, secret,
@@ -549,7 +582,7 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
         listener = _Listener(rank, size, addresses, secret, deadline)
     except RendezvousError as e:  # this rank cannot take part: rank 0 need not wait for it
         if rank > 0:
-            _tell_rank_0(rank, size, addresses, secret, str(e), timeout_s)
+            tell_rank_0(rank, size, addresses, secret, str(e), timeout_s)
         raise
     socks: list[socket.socket] = []
     try:
