@@ -334,6 +334,13 @@ def main() -> None:
         "",
         NOTE,
         "",
+        "The breakdown rows split a tfx_dist call: the same lookup through the parameter server's C API "
+        "from Python (no TensorFlow: routing, both servers' round trips, the rows scattered into a reused "
+        "buffer), 8 ids that way (the bare round trip through the 3 processes), and a `tf.function` that "
+        "only passes the 4096 ids through (TensorFlow's own cost of a call and its result, which the "
+        "TensorFlow rows pay too). Worker's minor page faults per call (rows stored): "
+        f"{tfx['page_faults_per_call'].get('stored', float('nan')):.1f}.",
+        "",
         f"Moving the rows themselves is not the cost: one 1 MiB memcpy takes {memcpy_ms:.3f} ms "
         "on this machine (p50 of 200).",
         "",
