@@ -83,6 +83,9 @@ class TableShard {
   // range and on this shard, else an error and out is not written. Dynamic
   // tables create missing rows. n == 0 is a no-op.
   Status Lookup(const int64_t* ids, int64_t n, float* out);
+  // The same for ids that passed CheckIds (a reply sent in pieces checks
+  // every id before its first piece).
+  void LookupChecked(const int64_t* ids, int64_t n, float* out);
 
   // Sums the gradients of repeated ids (in the order given), then applies the
   // optimizer once to each distinct row. Lazy: rows not named are untouched,
@@ -133,9 +136,10 @@ class TableShard {
   void Clear();
 
   // Calls body(i, record) for each ids[i] with the row's stripe held (record
-  // is nullptr for a fixed row whose block is absent and !create).
+  // is nullptr for a fixed row whose block is absent and !create). The first
+  // prefetch_bytes of the records a few ids ahead are prefetched.
   template <typename Body>
-  void ForEachRecord(const int64_t* ids, int64_t n, bool create, Body body);
+  void ForEachRecord(const int64_t* ids, int64_t n, bool create, size_t prefetch_bytes, Body body);
 
   const TableConfig config_;
   const uint64_t table_key_;

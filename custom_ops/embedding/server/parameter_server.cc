@@ -150,6 +150,18 @@ Status ParameterServer::Lookup(int worker, const char* payload, size_t len, cons
   std::shared_ptr<embedding::TableShard> shard;
   if (Find(table_id, &st, &shard) == nullptr) return st;
   const int64_t dim = shard->config().dim;
+  if (reply.stream) {
+    // Rows go out as they are gathered, each piece straight into the
+    // transport's buffer; everything that can fail is checked before the
+    // first byte leaves. A failed send is the service's to report.
+    TFX_EMB_RETURN_IF_ERROR(shard->CheckIds(ids, n));
+    const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+    reply.stream(static_cast<size_t>(n) * row_bytes, row_bytes, [&](size_t offset, char* dst, size_t bytes) {
+      shard->LookupChecked(ids + offset / row_bytes, static_cast<int64_t>(bytes / row_bytes),
+                           reinterpret_cast<float*>(dst));
+    });
+    return Status::Ok();
+  }
   float* out = reinterpret_cast<float*>(reply(static_cast<size_t>(n * dim) * sizeof(float)));
   return shard->Lookup(ids, n, out);
 }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "custom_ops/embedding/core/status.h"
@@ -41,8 +42,23 @@ class ParameterServer {
   explicit ParameterServer(const ParameterServerOptions& options);
   ~ParameterServer();
 
-  // Where a reply's bytes go: returns room for n bytes.
-  using ReplyBuffer = std::function<char*(size_t n)>;
+  // Where a reply's bytes go: reply(n) returns room for n bytes. Optionally
+  // (`stream`, the service's Reply::Stream), a LOOKUP's rows are sent as they
+  // are gathered, straight into the transport: stream(bytes, record_bytes,
+  // fill) answers OK now with bytes made by fill(offset, dst, n) in whole
+  // records; false when that send failed (the service drops the worker).
+  struct ReplyBuffer {
+    using FillFn = std::function<void(size_t offset, char* dst, size_t n)>;
+    template <typename Buffer,
+              typename = std::enable_if_t<!std::is_same<std::decay_t<Buffer>, ReplyBuffer>::value>>
+    ReplyBuffer(Buffer b) : buffer(std::move(b)) {}  // NOLINT: a plain buffer function converts
+    ReplyBuffer(std::function<char*(size_t n)> b,
+                std::function<bool(size_t bytes, size_t record_bytes, const FillFn& fill)> s)
+        : buffer(std::move(b)), stream(std::move(s)) {}
+    char* operator()(size_t n) const { return buffer(n); }
+    std::function<char*(size_t n)> buffer;
+    std::function<bool(size_t bytes, size_t record_bytes, const FillFn& fill)> stream;  // may be empty
+  };
   // Serves one request of `worker` (any thread; see the top of this file).
   embedding::Status Handle(int worker, uint16_t kind, const char* payload, size_t len,
                            const ReplyBuffer& reply);

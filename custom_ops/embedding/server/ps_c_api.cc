@@ -50,12 +50,23 @@ int32_t ServiceCode(Code code) {
   }
 }
 
+using FillFn = tfx::ps::ParameterServer::ReplyBuffer::FillFn;
+
+void FillPiece(void* arg, int64_t offset, void* dst, int64_t len) {
+  (*static_cast<const FillFn*>(arg))(static_cast<size_t>(offset), static_cast<char*>(dst), static_cast<size_t>(len));
+}
+
 void HandleRequest(void* arg, int32_t client, int32_t kind, const void* payload, int64_t payload_bytes,
                    tfx_service_reply* reply) {
   auto* server = static_cast<tfx::ps::ParameterServer*>(arg);
-  const Status st = server->Handle(
-      client, static_cast<uint16_t>(kind), static_cast<const char*>(payload), static_cast<size_t>(payload_bytes),
-      [reply](size_t n) { return static_cast<char*>(tfx_service_reply_alloc(reply, static_cast<int64_t>(n))); });
+  const tfx::ps::ParameterServer::ReplyBuffer sink(
+      [reply](size_t n) { return static_cast<char*>(tfx_service_reply_alloc(reply, static_cast<int64_t>(n))); },
+      [reply](size_t bytes, size_t record_bytes, const FillFn& fill) {
+        return tfx_service_reply_stream(reply, static_cast<int64_t>(bytes), static_cast<int64_t>(record_bytes),
+                                        &FillPiece, const_cast<FillFn*>(&fill)) == 0;
+      });
+  const Status st = server->Handle(client, static_cast<uint16_t>(kind), static_cast<const char*>(payload),
+                                   static_cast<size_t>(payload_bytes), sink);
   if (!st.ok()) tfx_service_reply_fail(reply, ServiceCode(st.code()), st.message().c_str());
 }
 

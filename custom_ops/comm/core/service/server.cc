@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "custom_ops/comm/core/service/frame_io.h"
+#include "custom_ops/comm/core/transport/wait.h"
 
 namespace tfx::comm::service {
 namespace {
@@ -33,6 +34,17 @@ char* Reply::Allocate(size_t n) {
 void Reply::Assign(const char* data, size_t n) {
   char* dst = Allocate(n);
   if (n > 0) std::memcpy(dst, data, n);
+}
+
+Status Reply::Stream(size_t bytes, size_t record_bytes, const FillFn& fill) {
+  if (streamed_) return Status(Code::kInternal, "tfx_dist service: a reply was streamed twice");
+  if (record_bytes == 0 || bytes % record_bytes != 0)
+    return Status(Code::kInvalidArgument, "tfx_dist service: a streamed reply of " + std::to_string(bytes) +
+                                              " bytes is not made of records of " + std::to_string(record_bytes));
+  if (!streamer_) return Status(Code::kInternal, "tfx_dist service: this reply cannot be streamed");
+  streamed_ = true;
+  stream_status_ = streamer_(bytes, record_bytes, fill);
+  return stream_status_;
 }
 
 struct Server::ClientState {
@@ -130,11 +142,23 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
     }
 
     reply.Assign(nullptr, 0);
+    reply.streamed_ = false;
+    reply.streamer_ = [&](size_t bytes, size_t record_bytes, const Reply::FillFn& fill) {
+      return StreamReply(client, h, bytes, record_bytes, fill, &reply);
+    };
     Status result;
     try {
       result = handler(client, h.kind, payload.get(), len, &reply);
     } catch (const std::exception& e) {
       result = Status(Code::kInternal, std::string("the request handler threw: ") + e.what());
+    }
+    if (reply.streamed()) {  // answered already
+      if (aborting_) return Outcome::kAborted;
+      if (!reply.stream_status_.ok())
+        return failed(Outcome::kLost, reply.stream_status_.code(),
+                      "sending the reply to request " + std::to_string(h.request_id) + " of " + who +
+                          " failed: " + reply.stream_status_.message());
+      continue;
     }
     if (!result.ok()) reply.Assign(result.message().data(), result.message().size());
     FrameHeader r;
@@ -153,6 +177,49 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
                     "sending the reply to request " + std::to_string(h.request_id) + " of " + who +
                         " failed: " + st.message());
   }
+}
+
+Status Server::StreamReply(int client, const FrameHeader& request, size_t bytes, size_t record_bytes,
+                           const Reply::FillFn& fill, Reply* reply) {
+  Pair* pair = pairs_[client].get();
+  FrameHeader r;
+  r.kind = request.kind;
+  r.request_id = request.request_id;
+  r.payload_bytes = bytes;
+  std::lock_guard<std::timed_mutex> lock(clients_[client]->send_mu);
+  if (aborting_) return Status(Code::kAborted, "the server is stopping");
+  const Deadline deadline(options_.timeout_s);
+  if (pair->send_space_bytes() < sizeof(r) + record_bytes) {  // one buffer, one send (TCP; or records larger than a slot)
+    char* data = reply->Allocate(bytes);
+    if (bytes > 0) fill(0, data, bytes);
+    std::memcpy(reply->frame(), &r, sizeof(r));
+    return SendBytes(pair, reply->frame(), sizeof(r) + bytes, deadline);
+  }
+  IoWaiter waiter(deadline);
+  bool header_sent = false;
+  size_t done = 0, room = 0;
+  while (!header_sent || done < bytes) {
+    char* space = pair->SendSpace(&room);
+    if (space == nullptr) {  // every slot is full: the client is behind
+      Status st = waiter.Wait(nullptr, pair);
+      if (!st.ok()) return st.code() == Code::kTimeout ? Status(st.code(), "the client took no bytes for " +
+                                                                              Seconds(options_.timeout_s) + " s")
+                                                        : st;
+      continue;
+    }
+    size_t used = 0;
+    if (!header_sent) {
+      std::memcpy(space, &r, sizeof(r));
+      used = sizeof(r);
+      header_sent = true;
+    }
+    const size_t n = std::min(bytes - done, (room - used) / record_bytes * record_bytes);
+    if (n > 0) fill(done, space + used, n);
+    pair->CommitSend(used + n);
+    done += n;
+    waiter.Progressed();
+  }
+  return Status::Ok();
 }
 
 void Server::Abort(const Status& why) {

@@ -59,10 +59,28 @@ class Reply {
   // The header slot in front of data().
   char* frame() { return buf_.get(); }
 
+  // Answers the request now, OK, with `bytes` bytes that fill(offset, dst, n)
+  // writes piece by piece (bytes [offset, offset + n) of the reply, n a
+  // multiple of record_bytes, which divides bytes). Over shared memory the
+  // pieces are written straight into the transport's slots: no reply buffer,
+  // no copy, and the client takes the first pieces while later ones are
+  // being made; other transports fill one buffer and send it. A handler
+  // calls it at most once, after everything that can fail: the reply is then
+  // sent, and the status the handler returns is ignored. A non-OK result means
+  // the connection failed (the server drops the client, as for any send).
+  using FillFn = std::function<void(size_t offset, char* dst, size_t n)>;
+  Status Stream(size_t bytes, size_t record_bytes, const FillFn& fill);
+  bool streamed() const { return streamed_; }
+
  private:
+  friend class Server;
   std::unique_ptr<char[]> buf_;
   size_t size_ = 0;
   size_t capacity_ = 0;
+  // Set by the server for each request: sends a streamed reply.
+  std::function<Status(size_t bytes, size_t record_bytes, const FillFn& fill)> streamer_;
+  bool streamed_ = false;
+  Status stream_status_;
 };
 
 // Runs on the client's thread; payload stays valid until it returns. A
@@ -98,6 +116,9 @@ class Server {
 
   Server(std::vector<std::unique_ptr<Pair>> pairs, const ServerOptions& options);
   Outcome ServeClient(int client, const Handler& handler, Status* why);
+  // Reply::Stream's work for one request of `client`.
+  Status StreamReply(int client, const FrameHeader& request, size_t bytes, size_t record_bytes,
+                     const Reply::FillFn& fill, Reply* reply);
   void Abort(const Status& why);
   std::string Who(int client) const;
 

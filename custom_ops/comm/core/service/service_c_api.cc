@@ -127,9 +127,20 @@ void* tfx_service_reply_alloc(tfx_service_reply* reply, int64_t len) {
 }
 
 void tfx_service_reply_fail(tfx_service_reply* reply, int32_t code, const char* message) {
-  if (reply == nullptr) return;
+  if (reply == nullptr || reply->reply->streamed()) return;
   const Code c = code > 0 && code <= static_cast<int32_t>(Code::kAborted) ? static_cast<Code>(code) : Code::kInternal;
   reply->status = Status(c, message != nullptr ? message : "the request handler failed");
+}
+
+int32_t tfx_service_reply_stream(tfx_service_reply* reply, int64_t len, int64_t record_bytes,
+                                 tfx_service_fill_fn fill, void* fill_arg) {
+  if (reply == nullptr || len < 0 || record_bytes <= 0 || fill == nullptr)
+    return static_cast<int32_t>(Code::kInvalidArgument);
+  const Status st = reply->reply->Stream(
+      static_cast<size_t>(len), static_cast<size_t>(record_bytes), [fill, fill_arg](size_t offset, char* dst, size_t n) {
+        fill(fill_arg, static_cast<int64_t>(offset), dst, static_cast<int64_t>(n));
+      });
+  return static_cast<int32_t>(st.code());
 }
 
 int64_t tfx_service_server_create(int32_t n, const int32_t* fds, const int32_t* same_host, const char* const* labels,

@@ -72,6 +72,16 @@ typedef struct {
 TFX_SERVICE_API void* tfx_service_reply_alloc(tfx_service_reply* reply, int64_t len);
 /* Fails the request: the client's call gets code (nonzero) and message. */
 TFX_SERVICE_API void tfx_service_reply_fail(tfx_service_reply* reply, int32_t code, const char* message);
+/* Writes bytes [offset, offset + len) of a streamed reply to dst. */
+typedef void (*tfx_service_fill_fn)(void* arg, int64_t offset, void* dst, int64_t len);
+/* Answers the request now, OK, with len bytes made by fill in pieces of whole
+ * records of record_bytes (which divides len): over shared memory straight
+ * into the transport's slots, no reply buffer and no copy (server.h,
+ * Reply::Stream). At most once, after everything that can fail: later
+ * alloc/fail calls are ignored. Returns 0, or the code of a failed send (the
+ * client is then dropped). */
+TFX_SERVICE_API int32_t tfx_service_reply_stream(tfx_service_reply* reply, int64_t len, int64_t record_bytes,
+                                                 tfx_service_fill_fn fill, void* fill_arg);
 
 /* A server over fds[n] (one connected, authenticated socket per client, from
  * the rendezvous; ownership taken, also on failure); same_host[n];

@@ -66,6 +66,19 @@ class Pair {
   // consumer without blocking; *moved = bytes delivered (a multiple of align).
   virtual Status TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) = 0;
 
+  // In-place sending, for transports that own their send buffers (shared
+  // memory): SendSpace gives the next free buffer, *room bytes that the
+  // caller may fill and then publish with CommitSend(n), n <= *room; null
+  // (*room 0) when none is free now. Saves the copy from the caller's buffer
+  // into the transport's. send_space_bytes(): the room SendSpace offers, 0
+  // when the transport has no such buffers (then use TrySend).
+  virtual size_t send_space_bytes() const { return 0; }
+  virtual char* SendSpace(size_t* room) {
+    *room = 0;
+    return nullptr;
+  }
+  virtual void CommitSend(size_t n) {}
+
   // A descriptor poll() can wait on for both directions, or -1 when the
   // transport must be polled by spinning (shared memory).
   virtual int poll_fd() const = 0;

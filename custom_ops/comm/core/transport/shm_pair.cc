@@ -216,6 +216,24 @@ Status ShmPair::TrySend(const char* data, size_t n, size_t* moved) {
   return Status::Ok();
 }
 
+size_t ShmPair::send_space_bytes() const { return kSlotBytes; }
+
+char* ShmPair::SendSpace(size_t* room) {
+  *room = 0;
+  if (shut_down_) return nullptr;
+  const uint64_t head = out_->head.load(std::memory_order_relaxed);
+  if (head - out_->tail.load(std::memory_order_acquire) >= kSlots) return nullptr;
+  *room = kSlotBytes;
+  return out_->slot(head);
+}
+
+void ShmPair::CommitSend(size_t n) {
+  const uint64_t head = out_->head.load(std::memory_order_relaxed);
+  out_->lengths[head % kSlots] = static_cast<uint32_t>(n);
+  out_->head.store(head + 1, std::memory_order_release);
+  WakePeer();
+}
+
 Status ShmPair::TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) {
   *moved = 0;
   if (shut_down_) return CheckAlive();

@@ -44,6 +44,9 @@ class ShmPair : public Pair {
   const char* transport() const override { return "shm"; }
   Status TrySend(const char* data, size_t n, size_t* moved) override;
   Status TryRecv(RecvConsumer& consumer, size_t n, size_t* moved) override;
+  size_t send_space_bytes() const override;
+  char* SendSpace(size_t* room) override;  // one free slot
+  void CommitSend(size_t n) override;
   int poll_fd() const override { return -1; }
   bool Block(bool want_recv, bool want_send, int timeout_us) override;
   Status CheckAlive() override;
