@@ -112,8 +112,11 @@ class HybridStrategy(MultiWorkerMirroredStrategy):
     ```
 
     Sharded tables are trained by the embedding store's copies of Keras's SGD,
-    Adagrad, Adam and Ftrl (the model's optimizer must be one of those); Keras
-    one-file saves (``model.save``) cannot hold them: use `tf.train.Checkpoint`.
+    Adagrad, Adam and Ftrl (the model's optimizer must be one of those). Keras's
+    ``save_weights`` / ``model.save`` (and so ``ModelCheckpoint`` and
+    ``BackupAndRestore``) write them whole, with their optimizer slots, into
+    the chief's file, and load into any number of workers; call them on every
+    worker (`tfx_dist.hybrid.keras_files`). `tf.train.Checkpoint` works too.
     One replica per worker: a worker with several local devices may keep
     replicated tables only (a sharded one raises ValueError).
 

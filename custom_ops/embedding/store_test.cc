@@ -2,6 +2,7 @@
 // bookkeeping, checkpoints, threads). Plain asserts, no framework: built and
 // run by tests/embedding/test_store_cpp.py (with ASan/UBSan, and TSan for the
 // threaded test). Usage: store_test [scratch_dir] [--threads-only]
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -243,6 +244,39 @@ void TestLazyFixedAllocation() {
   CHECK(t->NumRows() == 3);
 }
 
+// Batch reads and writes of whole records (Keras files stream tables through them).
+void TestRecordsReadWrite() {
+  TableConfig c = Config(20, 3, 1, 2);  // ids 1, 3, ..., 19
+  c.optimizer.kind = OptimizerKind::kAdagrad;
+  auto src = Shards(c, 2), dst = Shards(c, 2);
+  std::vector<int64_t> ids = {1, 7, 19};
+  std::vector<float> g(9, 0.5f);
+  CHECK_OK(src[1]->ApplyGradients(ids.data(), 3, g.data(), {0.1f, 1}));
+  const int64_t rf = src[1]->record_floats();
+  CHECK(rf == 6);
+  std::vector<int64_t> all = {1, 3, 5, 7, 19};
+  std::vector<float> recs(all.size() * rf), one(rf);
+  CHECK_OK(src[1]->ReadRecords(all.data(), all.size(), recs.data()));
+  for (size_t i = 0; i < all.size(); ++i) {
+    CHECK_OK(src[1]->ReadRecord(all[i], one.data()));
+    CHECK(std::equal(one.begin(), one.end(), recs.begin() + i * rf));
+  }
+  CHECK_OK(dst[1]->WriteRecords(all.data(), all.size(), recs.data()));
+  std::vector<float> back(recs.size());
+  CHECK_OK(dst[1]->ReadRecords(all.data(), all.size(), back.data()));
+  CHECK(back == recs);
+  // Refused, nothing written: an id of the other shard, a non-finite float.
+  std::vector<int64_t> other = {2};
+  CHECK(!dst[1]->WriteRecords(other.data(), 1, recs.data()).ok());
+  std::vector<float> bad(recs.begin(), recs.begin() + rf);
+  bad[2] = NAN;
+  std::vector<int64_t> three = {3};
+  CHECK(!dst[1]->WriteRecords(three.data(), 1, bad.data()).ok());
+  CHECK_OK(dst[1]->ReadRecords(three.data(), 1, one.data()));
+  CHECK(std::equal(one.begin(), one.end(), recs.begin() + rf));
+  CHECK_OK(dst[1]->ReadRecords(nullptr, 0, nullptr));
+}
+
 void TestCheckpointResharding() {
   for (bool dynamic : {false, true}) {
     TableConfig c = Config(dynamic ? 0 : 5000, 4, 0, 1);
@@ -388,6 +422,7 @@ int main(int argc, char** argv) {
     TestBadInput();
     TestDuplicatesAndLaziness();
     TestLazyFixedAllocation();
+    TestRecordsReadWrite();
     TestCheckpointResharding();
   }
   TestThreads();

@@ -55,6 +55,8 @@ _SIGNATURES = {
     "tfx_emb_apply": [ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p, ctypes.c_float,
                       ctypes.c_int64] + _err,
     "tfx_emb_read_record": [ctypes.c_int64, ctypes.c_int64, _f32_p, ctypes.c_int64] + _err,
+    "tfx_emb_read_records": [ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p, ctypes.c_int64] + _err,
+    "tfx_emb_write_records": [ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p, ctypes.c_int64] + _err,
     "tfx_emb_save": [ctypes.c_int64, ctypes.c_char_p] + _err,
     "tfx_emb_restore": [ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32] + _err,
     "tfx_emb_set_optimizer": [ctypes.c_int64, ctypes.POINTER(OptimizerConfig)] + _err,

@@ -377,6 +377,30 @@ class TableShard:
                                              out.size, err, _native.ERR_LEN), err)
         return out
 
+    def read_records(self, ids) -> np.ndarray:
+        """The records of ``ids`` (ids this shard holds), shape (len(ids), 1 + num_slots, dim)."""
+        ids = _ids(ids)
+        out = np.empty((len(ids), 1 + self.num_slots, self.dim), np.float32)
+        err = _err()
+        _check(self._lib.tfx_emb_read_records(self._handle, _ptr(ids, ctypes.c_int64), len(ids),
+                                              _ptr(out, ctypes.c_float), out.size, err,
+                                              _native.ERR_LEN), err)
+        return out
+
+    def write_records(self, ids, records) -> None:
+        """Replaces the whole records (value, then slots) of ``ids``; ``records`` as
+        `read_records` returns them. Nothing changes on an error."""
+        ids = _ids(ids)
+        records = np.asarray(records)
+        if records.shape != (len(ids), 1 + self.num_slots, self.dim):
+            raise ValueError(f"Expected records of shape ({len(ids)}, {1 + self.num_slots}, "
+                             f"{self.dim}) for table '{self.name}'. Received: shape={records.shape}")
+        records = np.ascontiguousarray(records, dtype=np.float32)
+        err = _err()
+        _check(self._lib.tfx_emb_write_records(self._handle, _ptr(ids, ctypes.c_int64), len(ids),
+                                               _ptr(records, ctypes.c_float), records.size, err,
+                                               _native.ERR_LEN), err)
+
     def save(self, path: str | os.PathLike) -> None:
         """Writes this shard's rows and slots to ``path`` (format: custom_ops/embedding/README.md)."""
         err = _err()

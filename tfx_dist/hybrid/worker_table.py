@@ -33,7 +33,7 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
-from tfx_dist.hybrid import exchange
+from tfx_dist.hybrid import exchange, keras_files
 from tfx_dist.layers import embedding_tables
 from tfx_dist.parameter_server import table_checkpoint
 
@@ -99,7 +99,7 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
                 message=f"ShardedEmbedding '{self.name}': ids must be < input_dim ({self.input_dim})"),
         ]
 
-    def _in_table_order(self, build):
+    def _in_table_order(self, build, independent: bool = True):
         """Builds a store op (a lookup or an apply of this shard) after this table's previous
         one in the same graph, and takes it out of tf.function's single chain of stateful ops.
 
@@ -107,6 +107,8 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         and with them the tables' all-to-alls: a lookup of one table then waits
         for the other's exchange, and their exchanges never reach the runtime
         together to be fused. Ops on one shard keep their program order.
+        ``independent=False`` keeps the op in the chain (a restore: ordered
+        with the rest of the checkpoint's restore ops).
         """
         if tf.executing_eagerly():
             return build()
@@ -116,7 +118,8 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
             out = build()
         op = getattr(out, "op", out)
         self._last_store_op[graph] = op
-        tfc.run_independently(graph, [op])
+        if independent:
+            tfc.run_independently(graph, [op])
         return out
 
     def _local_lookup(self, ids):
@@ -190,6 +193,14 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
             self._set_rule(optimizer)
         self.shard.restore(paths)
 
+    def save_to_keras_store(self, store) -> None:
+        """Streams the whole table into the chief's Keras file (`keras_files`); every worker calls it."""
+        keras_files.save(self, store)
+
+    def load_from_keras_store(self, store) -> None:
+        """Reads this worker's rows (and slots) from a Keras file (`keras_files`)."""
+        keras_files.load(self, store)
+
     def _serialize_to_tensors(self):
         # TensorFlow also calls this outside saves (restoring asks for the
         # tensors' names): only a save of tf.train.Checkpoint has a prefix.
@@ -221,7 +232,11 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         if tf.executing_eagerly():
             restore(*args)
             return None
-        return tf.py_function(restore, args, tf.bool)
+        # In a tf.function: a store op of this table, so that the graph's later
+        # lookups and applies of the table (out of the chain of stateful ops)
+        # still run after it.
+        return self._in_table_order(lambda: tf.py_function(restore, args, tf.bool),
+                                    independent=False)
 
 
 def gradient_rows(name: str, gradient):

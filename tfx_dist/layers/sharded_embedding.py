@@ -94,21 +94,20 @@ class ShardedEmbedding(keras.layers.Layer):
         return _combine(rows, segments, num_segments, self.combiner)
 
     def save_own_variables(self, store):
-        _refuse_keras_file_of_worker_shards(self, "save_weights / save")
         super().save_own_variables(store)
-        # A table on parameter servers: its servers write the rows beside Keras's file.
+        # A table elsewhere: on parameter servers, its servers write the rows
+        # beside Keras's file; sharded over the workers, the rows go into it.
         save_rows = getattr(self.table, "save_to_keras_store", None)
         if save_rows is not None:
             save_rows(store)
 
     def load_own_variables(self, store):
-        _refuse_keras_file_of_worker_shards(self, "load_weights / load_model")
         load_rows = getattr(self.table, "load_from_keras_store", None)
         if load_rows is None:
             super().load_own_variables(store)
             return
-        self.table.anchor.assign(store["0"])  # the rest of the entry names the servers' files
-        load_rows(store)
+        load_rows(store)  # first: a file of another placement fails naming the table
+        self.table.anchor.assign(store["0"])
 
     def compute_output_shape(self, input_shape):
         if self.combiner is None:
@@ -121,19 +120,6 @@ class ShardedEmbedding(keras.layers.Layer):
                       placement=self.placement, embeddings_initializer=keras.initializers.serialize(
                           self.embeddings_initializer))
         return config
-
-
-def _refuse_keras_file_of_worker_shards(layer, what):
-    """A table sharded over the workers (HybridStrategy) has no Keras-file form yet: Keras's
-    one-file saves would keep only its stand-in variable, not its rows."""
-    table = layer.table
-    if (table is not None and not isinstance(table, embedding_tables.LocalTable)
-            and not hasattr(table, "save_to_keras_store")):
-        raise NotImplementedError(
-            f"ShardedEmbedding '{layer.name}': Keras's {what} cannot hold a table sharded over "
-            "the workers yet (its rows would be lost). Save and restore the model with "
-            "tf.train.Checkpoint or tf.train.CheckpointManager: each worker writes its shard "
-            "beside the checkpoint, and a checkpoint restores into any number of workers.")
 
 
 def _flatten(inputs, combiner):

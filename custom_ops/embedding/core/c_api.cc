@@ -122,6 +122,28 @@ int32_t tfx_emb_read_record(int64_t id, int64_t row_id, float* out, int64_t out_
   });
 }
 
+int32_t tfx_emb_read_records(int64_t id, const int64_t* ids, int64_t n, float* out, int64_t out_len, char* err,
+                             int32_t err_len) {
+  return OnTable(id, err, err_len, [&](TableShard* t) {
+    if (n > 0 && (out == nullptr || out_len < n * t->record_floats()))
+      return InvalidArgument(t->description() + ": " + std::to_string(n) + " records need " +
+                             std::to_string(n * t->record_floats()) + " floats, the output holds " +
+                             std::to_string(out_len));
+    return t->ReadRecords(ids, n, out);
+  });
+}
+
+int32_t tfx_emb_write_records(int64_t id, const int64_t* ids, int64_t n, const float* records,
+                              int64_t records_len, char* err, int32_t err_len) {
+  return OnTable(id, err, err_len, [&](TableShard* t) {
+    if (n > 0 && records_len != n * t->record_floats())
+      return InvalidArgument(t->description() + ": " + std::to_string(n) + " records need " +
+                             std::to_string(n * t->record_floats()) + " floats, received " +
+                             std::to_string(records_len));
+    return t->WriteRecords(ids, n, records);
+  });
+}
+
 int32_t tfx_emb_save(int64_t id, const char* path, char* err, int32_t err_len) {
   return OnTable(id, err, err_len, [&](TableShard* t) {
     if (path == nullptr) return InvalidArgument("path must not be null");

@@ -88,6 +88,13 @@ TFX_EMB_API int32_t tfx_emb_apply(int64_t id, const int64_t* ids, int64_t n, con
  * (out_len floats at least). A dynamic row that does not exist: NOT_FOUND. */
 TFX_EMB_API int32_t tfx_emb_read_record(int64_t id, int64_t row_id, float* out, int64_t out_len, char* err,
                                         int32_t err_len);
+/* Batch forms: n records of record_floats floats each, row after row, in out
+ * (out_len floats at least) or from records. write_records replaces the
+ * whole record (value and slots) of each id; nothing changes on an error. */
+TFX_EMB_API int32_t tfx_emb_read_records(int64_t id, const int64_t* ids, int64_t n, float* out, int64_t out_len,
+                                         char* err, int32_t err_len);
+TFX_EMB_API int32_t tfx_emb_write_records(int64_t id, const int64_t* ids, int64_t n, const float* records,
+                                          int64_t records_len, char* err, int32_t err_len);
 
 TFX_EMB_API int32_t tfx_emb_save(int64_t id, const char* path, char* err, int32_t err_len);
 /* paths: the files of every shard of the writing job, any number of shards. */

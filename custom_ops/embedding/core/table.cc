@@ -282,6 +282,28 @@ Status TableShard::ReadRecord(int64_t id, float* out) const {
   return Status::Ok();
 }
 
+Status TableShard::ReadRecords(const int64_t* ids, int64_t n, float* out) const {
+  TFX_EMB_RETURN_IF_ERROR(CheckIds(ids, n));
+  if (n > 0 && out == nullptr) return InvalidArgument(description_ + ": record output is null");
+  for (int64_t i = 0; i < n; ++i) TFX_EMB_RETURN_IF_ERROR(ReadRecord(ids[i], out + i * record_floats_));
+  return Status::Ok();
+}
+
+Status TableShard::WriteRecords(const int64_t* ids, int64_t n, const float* records) {
+  TFX_EMB_RETURN_IF_ERROR(CheckIds(ids, n));
+  if (n == 0) return Status::Ok();
+  if (records == nullptr) return InvalidArgument(description_ + ": records are null");
+  for (int64_t k = 0; k < n * record_floats_; ++k) {
+    if (!std::isfinite(records[k]))
+      return InvalidArgument(description_ + ": the record of id " + std::to_string(ids[k / record_floats_]) +
+                             " holds " + std::to_string(records[k]) + "; records must be finite");
+  }
+  ForEachRecord(ids, n, /*create=*/true, [&](int64_t i, float* record) {
+    std::memcpy(record, records + i * record_floats_, record_floats_ * sizeof(float));
+  });
+  return Status::Ok();
+}
+
 Status TableShard::ForEachStoredRow(const std::function<Status(int64_t id, const float* record)>& visit) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   std::vector<float> copy(record_floats_);

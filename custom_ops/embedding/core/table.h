@@ -104,6 +104,13 @@ class TableShard {
   // exist is NotFound (it is not created).
   Status ReadRecord(int64_t id, float* out) const;
 
+  // Batch forms for streaming a table in chunks (Keras one-file saves):
+  // out/records hold n * record_floats() floats, row after row. WriteRecords
+  // replaces the whole record (value and slots) of each id; every id is
+  // checked and every float must be finite before any row changes.
+  Status ReadRecords(const int64_t* ids, int64_t n, float* out) const;
+  Status WriteRecords(const int64_t* ids, int64_t n, const float* records);
+
   // Calls visit(id, record) for every stored row, each row read under its
   // stripe lock; concurrent updates may land between rows (not a snapshot).
   Status ForEachStoredRow(const std::function<Status(int64_t id, const float* record)>& visit) const;
