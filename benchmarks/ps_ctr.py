@@ -26,6 +26,11 @@ Systems, one after the other in one run (their processes never overlap):
   `tfx_dist.MultiWorkerMirroredStrategy`, 2 workers (the table replicated on
   each, its sparse gradient all-gathered), Keras ``fit``; only where it fits.
 
+Beside them, two references (see CEILING_NOTE): the same model with a local
+table and no communication (2 independent processes, and 1), and the dense
+layers alone (2 processes, and 1): this machine's ceiling for the model.
+``--systems`` runs a subset; ``benchmarks/ps_profile.py`` profiles a worker's step.
+
 Each runs WARMUP untimed steps then STEPS timed ones; examples/s = global
 batch x STEPS / time. Worker memory: each tfx_dist worker's resident set
 (VmRSS) after training, for each table size (--rows 1000000 10000000): the
@@ -65,8 +70,8 @@ CEILING_NOTE = (
     "over the span from the first timed step to the last of either), and in 1 process training "
     "whole batches. The dense layers alone: the same Dense layers, loss, SGD and per-process batch "
     "on fixed embedding outputs (no table, no lookup, no gather), 2 processes and 1 likewise: the "
-    "least work per example of any system here, so nothing that trains this model on this machine "
-    "can beat the better of the two.")
+    "least work per example of any system here, so, up to the noise between one job and the next "
+    "on this shared machine, nothing that trains this model here can beat the better of the two.")
 RESULT_TAG = "PS_CTR_RESULT "
 
 
@@ -555,7 +560,11 @@ def markdown(report: dict) -> str:
                      f"**{mlp_x:.2f}x** the best baseline, so 3x the baseline ({TARGET * best:,.0f} "
                      "examples/s) is " + ("above" if mlp_x < TARGET else "within")
                      + " what the machine can do"
-                     + (f"; tfx_dist PS runs at {ours / mlp:.0%} of it." if ours else "."))
+                     + (f"; tfx_dist PS runs at {ours / mlp:.0%} of it" if ours else "")
+                     + ("; a system above it measures this run's noise (each job ran at another "
+                        "moment of a shared machine's load)" if max(v or 0 for v in rates.values()
+                                                                     if v is not mlp) > mlp else "")
+                     + ".")
     if memory:
         lines += ["", "Worker resident memory (largest of the 2 tfx_dist workers) after the timed steps, "
                   "by table size:", "",
