@@ -69,6 +69,24 @@ def test_gradient_is_one_row_per_distinct_id():
     assert counts == {3: 3.0, 8: 2.0, 1: 1.0}
 
 
+def test_gradient_sums_repeated_ids_like_keras_embedding():
+    # Each position weighted differently: repeated ids' gradients must be summed per id.
+    layer, table = _layer()
+    reference = keras.layers.Embedding(ROWS, DIM)
+    reference.build()
+    reference.set_weights([table])
+    rng = np.random.RandomState(2)
+    ids = tf.constant(rng.randint(0, 6, (16, 5)), tf.int64)  # few distinct ids, many repeats
+    weights = tf.constant(rng.normal(size=(16, 5, DIM)), tf.float32)
+
+    def dense_gradient(embedding):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(embedding(ids) * weights)
+        return tf.convert_to_tensor(tape.gradient(loss, embedding.trainable_variables[0])).numpy()
+
+    np.testing.assert_allclose(dense_gradient(layer), dense_gradient(reference), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("bad", [ROWS, -1])
 def test_ids_out_of_range_name_the_layer(bad):
     layer = ShardedEmbedding(ROWS, DIM, name="user_table")

@@ -95,4 +95,4 @@ class LocalTable:
                         f"({self.input_dim})"),
         ]
         with tf.control_dependencies(checks):
-            return tf.gather(self.embeddings, unique_ids)
+            return tf.gather(self.embeddings.value, unique_ids)

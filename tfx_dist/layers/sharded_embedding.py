@@ -88,7 +88,7 @@ class ShardedEmbedding(keras.layers.Layer):
     def call(self, inputs):
         flat_ids, segments, num_segments, id_shape = _flatten(inputs, self.combiner)
         unique_ids, position = tf.unique(flat_ids)
-        rows = tf.gather(self.table.lookup(unique_ids), position)
+        rows = _expand(self.table.lookup(unique_ids), position)
         if self.combiner is None:
             return tf.reshape(rows, tf.concat([id_shape, [self.output_dim]], axis=0))
         return _combine(rows, segments, num_segments, self.combiner)
@@ -149,6 +149,20 @@ def _flatten(inputs, combiner):
     num_examples = tf.size(flat, out_type=tf.int64) // tf.maximum(per_example, 1)
     segments = tf.range(tf.size(flat, out_type=tf.int64)) // tf.maximum(per_example, 1)
     return flat, segments, num_examples, id_shape
+
+
+@tf.custom_gradient
+def _expand(unique_rows, position):
+    """``tf.gather(unique_rows, position)``, whose gradient sums the positions' gradients per
+    distinct id with ``tf.scatter_nd``: TensorFlow's own gradient of the gather (IndexedSlices,
+    made dense by ``unsorted_segment_sum``) took about twice as long on CPU, and this sum is on
+    every training step's critical path (benchmarks/ps_profile.py)."""
+    def grad(d_rows):
+        d_rows = tf.convert_to_tensor(d_rows)
+        shape = tf.shape(unique_rows, out_type=position.dtype)
+        return tf.scatter_nd(position[:, None], d_rows, shape), None
+
+    return tf.gather(unique_rows, position), grad
 
 
 def _combine(rows, segments, num_segments, combiner):
