@@ -151,7 +151,9 @@ def test_dense_variables_on_servers_equal_the_other_placements(tmp_path, full_re
     _assert_close_lists(a["fit_weights"][1:], reference["fit_weights"][1:], rtol=1e-4)
     _assert_close_lists(a["loop_weights"][1:], reference["loop_weights"][1:], rtol=1e-4)
     assert len(a["fit_weights"]) == 5
-    np.testing.assert_allclose(a["rows"], reference["rows"], rtol=1e-4, atol=1e-6)
+    # Rows near zero: the two placements sum repeated ids' gradients in different orders
+    # (float32), seen up to 3.5e-6 apart; training moves rows by ~1e-3.
+    np.testing.assert_allclose(a["rows"], reference["rows"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(a["predictions"], reference["predictions"], rtol=1e-4, atol=1e-6)
     # Spread by size: the 1,200-float kernel is two rows, one per server; the
     # 300-float bias and kernel and the output bias fill the lighter server.
