@@ -174,25 +174,15 @@ class DenseTable:
     def save(self, prefix: str) -> int:
         """Has every server write its rows and slots to ``prefix.shard-<s>-of-<S>``; returns the
         servers' step count of the optimizer (Adam's), which the files do not hold."""
-        for stale in table_checkpoint.existing_shards(prefix):  # another job size's files
-            tf.io.gfile.remove(stale)
-        applies = ctypes.c_int64(0)
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_save(self._client_id, self.table_id, prefix.encode(),
-                                                 ctypes.byref(applies), err, _native.ERR_LEN), err)
-        return applies.value
+        return table_checkpoint.save_on_servers(self._client_id, self.table_id, prefix)
 
     def restore(self, prefix: str, rule, applies: int) -> None:
         """Replaces the rows and slots on every server with those `save` wrote (any number of
         servers wrote them); ``rule``: the optimizer of their slots."""
-        paths = table_checkpoint.shard_files(prefix, self.name)
+        paths = table_checkpoint.shard_files(prefix, self.name)  # missing: raises, table unchanged
         if rule is not None:
             self._set_rule(rule)
-        encoded = [p.encode() for p in paths]
-        array = (ctypes.c_char_p * len(encoded))(*encoded)
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_restore(self._client_id, self.table_id, array, len(encoded),
-                                                    applies, err, _native.ERR_LEN), err)
+        table_checkpoint.restore_on_servers(self._client_id, self.table_id, paths, applies)
         self._held = (self.pull().numpy(), self._steps())
 
     def upload(self, value) -> None:

@@ -133,13 +133,7 @@ class RemoteTable(tfc.trackable_base.Trackable):
 
         Returns the table's optimizer step count (Adam's), which the files do not hold.
         """
-        for stale in table_checkpoint.existing_shards(prefix):  # another job size's files
-            tf.io.gfile.remove(stale)
-        applies = ctypes.c_int64(0)
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_save(self._client_id, self.table_id, prefix.encode(),
-                                                 ctypes.byref(applies), err, _native.ERR_LEN), err)
-        return applies.value
+        return table_checkpoint.save_on_servers(self._client_id, self.table_id, prefix)
 
     def restore(self, prefix: str, optimizer=None, applies: int = 0) -> None:
         """Replaces the rows (and slots) on every server with those saved at ``prefix``.
@@ -152,14 +146,10 @@ class RemoteTable(tfc.trackable_base.Trackable):
           FileNotFoundError: a shard file is missing (named); the table is unchanged.
           ParameterServerError: a file is corrupt or does not fit the table (named).
         """
-        paths = table_checkpoint.shard_files(prefix, self.name)
+        paths = table_checkpoint.shard_files(prefix, self.name)  # missing: raises, table unchanged
         if optimizer is not None:
             self._set_rule(optimizer)
-        encoded = [p.encode() for p in paths]
-        array = (ctypes.c_char_p * len(encoded))(*encoded)
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_restore(self._client_id, self.table_id, array, len(encoded),
-                                                    applies, err, _native.ERR_LEN), err)
+        table_checkpoint.restore_on_servers(self._client_id, self.table_id, paths, applies)
 
     def _serialize_to_tensors(self):
         # TensorFlow also calls this outside saves (restoring asks for the

@@ -18,6 +18,7 @@ host), as TensorFlow's own parameter servers require.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import os
@@ -26,6 +27,7 @@ import re
 import tensorflow as tf
 
 from tfx_dist.embedding import store
+from tfx_dist.parameter_server import _native
 
 _SHARD = re.compile(r"\.shard-(\d+)-of-(\d+)$")
 # Every table's shard files of the checkpoint at prefix P are P + this (a glob).
@@ -93,3 +95,27 @@ def decode_optimizer(text: str):
         return None
     fields = json.loads(text)
     return getattr(store, fields.pop("kind"))(**fields)
+
+
+def save_on_servers(client_id: int, table_id: int, prefix: str) -> int:
+    """Has every server write its shard of the table to ``prefix.shard-<s>-of-<S>`` (in
+    parallel), first removing another job size's files; returns the servers' optimizer step
+    count (Adam's), which the files do not hold."""
+    for stale in existing_shards(prefix):
+        tf.io.gfile.remove(stale)
+    applies = ctypes.c_int64(0)
+    err = _native.error_buffer()
+    _native.check(_native.lib().tfx_ps_save(client_id, table_id, prefix.encode(),
+                                             ctypes.byref(applies), err, _native.ERR_LEN), err)
+    return applies.value
+
+
+def restore_on_servers(client_id: int, table_id: int, paths: list[str], applies: int) -> None:
+    """Replaces the table's rows and slots on every server with those of the shard files
+    ``paths`` (`shard_files`: written by any number of servers; a corrupt one is an error naming
+    it)."""
+    encoded = [p.encode() for p in paths]
+    array = (ctypes.c_char_p * len(encoded))(*encoded)
+    err = _native.error_buffer()
+    _native.check(_native.lib().tfx_ps_restore(client_id, table_id, array, len(encoded), applies,
+                                                err, _native.ERR_LEN), err)
