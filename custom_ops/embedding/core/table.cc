@@ -298,7 +298,7 @@ Status TableShard::WriteRecords(const int64_t* ids, int64_t n, const float* reco
       return InvalidArgument(description_ + ": the record of id " + std::to_string(ids[k / record_floats_]) +
                              " holds " + std::to_string(records[k]) + "; records must be finite");
   }
-  ForEachRecord(ids, n, /*create=*/true, [&](int64_t i, float* record) {
+  ForEachRecord(ids, n, /*create=*/true, record_floats_ * sizeof(float), [&](int64_t i, float* record) {
     std::memcpy(record, records + i * record_floats_, record_floats_ * sizeof(float));
   });
   return Status::Ok();
