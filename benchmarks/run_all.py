@@ -304,6 +304,20 @@ def horovod_fit_sections() -> list[str]:
             + _copied_section("horovod_fit_profile.md", "## Horovod fit: where the step goes", note))
 
 
+def _newest_fit_report() -> dict | None:
+    """The newest of the Horovod fit results (horovod_compare, its ceiling and CPU reruns) with ratios."""
+    reports = []
+    for name in ("horovod_compare.json", "horovod_fit_ceiling.json", "horovod_fit_cpu.json"):
+        try:
+            with open(os.path.join(common.RESULTS, name)) as f:
+                report = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if report.get("fit", {}).get("ratio") and report.get("date"):
+            reports.append(report)
+    return max(reports, key=lambda r: r["date"]) if reports else None  # "YYYY-MM-DD HH:MM UTC" sorts
+
+
 def horovod_targets() -> list[str]:
     """Issue 18's targets, from benchmarks/results/horovod_compare.json when it is there."""
     try:
@@ -321,12 +335,15 @@ def horovod_targets() -> list[str]:
         lines.append(f"| all-reduce vs real Horovod, 2 processes, 4 KiB-64 MiB: faster at every size "
                      f"(median over rounds; run on its own, {report['date']}) | "
                      f"{common.met(all(r['speedup'] > 1 for r in sizes.values()))} | {speedups} |")
-    fit = report.get("fit", {}).get("ratio", {})
-    if fit:
-        best = fit.get("tfx_horovodrun")
+    fit_report = _newest_fit_report() or report
+    fit = fit_report.get("fit", {}).get("ratio", {})
+    ours = {s: r for s, r in fit.items() if s.startswith("tfx_")}
+    if ours:
+        ceiling = fit.get("none_tf221_x2")
         lines.append(f"| Horovod Keras script's fit, 2 processes: >= 1.5x real Horovod's examples/s "
-                     f"(run on its own, {report['date']}) | {common.met(best is not None and best >= 1.5)} | "
-                     + "; ".join(f"{s}: {r:.2f}x" for s, r in fit.items()) + " |")
+                     f"(latest run, on its own, {fit_report['date']}) | {common.met(max(ours.values()) >= 1.5)} | "
+                     + "; ".join(f"{s}: {r:.2f}x" for s, r in ours.items())
+                     + (f"; no-communication ceiling (TF 2.21): {ceiling:.2f}x" if ceiling else "") + " |")
     return lines
 
 
