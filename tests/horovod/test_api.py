@@ -82,3 +82,36 @@ def test_schedule_callback_staircase(initialized):
     history = model.fit(np.zeros((8, 2)), np.zeros((8, 1)), batch_size=4, epochs=3, verbose=0,
                         callbacks=[schedule])
     np.testing.assert_allclose(history.history["lr"], [0.1, 0.05, 0.025], rtol=1e-6)
+
+
+def test_keras_epoch_iterators_are_destroyed_off_the_training_thread(initialized, monkeypatch):
+    """Keras makes a new input iterator every epoch (and for every evaluation) and drops the
+    last one; destroying a tf.data iterator can stall its thread for up to a second in TF 2.21,
+    and a stalled rank stalls every rank. After hvd.init() they die on tfx_dist's reaper thread."""
+    import gc
+    import threading
+    import weakref
+
+    from tfx_dist.input import iterator_reaper
+
+    destroyed_on, watches = [], []
+    make_iterator = tf.data.Dataset.__iter__
+
+    def watched_iter(dataset):
+        iterator = make_iterator(dataset)
+        watches.append(weakref.ref(iterator._iterator_resource,
+                                   lambda _: destroyed_on.append(threading.current_thread().name)))
+        return iterator
+
+    monkeypatch.setattr(tf.data.Dataset, "__iter__", watched_iter)
+    x = np.random.default_rng(0).random((32, 4), dtype=np.float32)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+    model.fit(x, x[:, :1], batch_size=8, epochs=3, validation_data=(x, x[:, :1]), verbose=0)
+    model.evaluate(x, x[:, :1], batch_size=8, verbose=0)
+    gc.collect()
+    assert iterator_reaper.wait_idle(10)
+    # fit: one iterator per epoch plus the next epoch's, made ahead; validation and evaluate:
+    # one each; all but the one fit still holds are garbage now.
+    assert len(watches) >= 7
+    assert destroyed_on and set(destroyed_on) == {"tfx_iterator_reaper"}, destroyed_on

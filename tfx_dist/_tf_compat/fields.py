@@ -41,6 +41,17 @@ def per_worker_iterators(iterator) -> list:
     return list(iterator._iterators)  # pylint: disable=protected-access
 
 
+def iterator_fields(iterator) -> dict:
+    """The fields of an eager tf.data iterator (``iter(dataset)``), for `take_iterator_resource`."""
+    return vars(iterator)
+
+
+def take_iterator_resource(iterator_fields: dict):
+    """Takes the resource tensor out of a tf.data iterator's fields: whoever holds it holds the
+    tf.data iterator, destroyed with its last reference."""
+    return iterator_fields.pop("_iterator_resource")
+
+
 def take_dataset_iterators(workers) -> list:
     """Takes the tf.data iterator out of each per-worker wrapper (leaving None there)."""
     taken = []

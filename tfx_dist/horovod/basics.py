@@ -61,6 +61,7 @@ def init(comm=None, process_sets=None):
             return
         from tfx_dist import cluster
         from tfx_dist.comm import Communicator
+        from tfx_dist.input import iterator_reaper
 
         info = cluster.resolve()
         if not info.in_allreduce_group:
@@ -77,6 +78,9 @@ def init(comm=None, process_sets=None):
         communicator = Communicator(info.rank, size, addresses, **_env.communicator_options())
         _state = _State(info, communicator, *_host_index(info))
         _env.report_ignored(info.rank)
+        # Keras drops its input iterator every epoch; destroying one can stall
+        # this rank, and so every rank, for up to a second (docs/horovod.md).
+        iterator_reaper.reap_keras_iterators_in_background()
 
 
 def shutdown():

@@ -8,8 +8,10 @@ one in its next collective. The wait does not hold the GIL (a worker keeps
 training while a background thread destroys an iterator), so tfx_dist's
 strategies mark the datasets they distribute (`reap_in_background`) and
 their iterators, once garbage, are destroyed on one daemon thread (the
-hand-over itself is in `tfx_dist._tf_compat.patches`). At exit, that thread is
-given time to finish before the interpreter shuts down.
+hand-over itself is in `tfx_dist._tf_compat.patches`). Horovod-style scripts
+use no strategy: `tfx_dist.horovod.init` asks for the same with the iterators
+Keras makes from undistributed datasets (`reap_keras_iterators_in_background`).
+At exit, that thread is given time to finish before the interpreter shuts down.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ def reap_in_background(distributed) -> None:
     tfc.hand_over_dropped_iterators(distributed, _queue.put)
 
 
+def reap_keras_iterators_in_background() -> None:
+    """Iterators Keras's fit, evaluate and predict make from datasets no strategy distributed
+    are destroyed in the background from now on (process-wide)."""
+    _install()
+    tfc.hand_over_keras_iterators(_queue.put)
+
+
 def wait_idle(timeout_s: float = _EXIT_WAIT_S) -> bool:
     """Waits until everything handed over so far is destroyed; False on timeout."""
     if _queue is None:
@@ -48,7 +57,12 @@ def _reap_forever() -> None:
         item = _queue.get()
         if isinstance(item, threading.Event):
             item.set()
-        del item  # the last references: handed-over tf.data iterators are destroyed here
+            continue
+        # Take each out of the handed-over list: the thread that handed it over may
+        # still hold the list for a moment, but no longer what was in it.
+        while item:
+            last_reference = item.pop()
+            del last_reference  # a handed-over tf.data iterator is destroyed here
 
 
 def _install() -> None:
