@@ -47,16 +47,18 @@ def test_collectives_under_tf_config(tmp_path):
 
 def launch(command, cwd, timeout_s=300):
     """Runs a launcher command line on the worker script and checks what both ranks reported."""
-    env = dict(os.environ, PYTHONPATH=workers.REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    # The ranks write their checks to files: a launcher forwarding both ranks' output
+    # into one stdout (mpirun) may cut one rank's long line with the other's.
+    env = dict(os.environ, PYTHONPATH=workers.REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2", RESULT_DIR=str(cwd))
     env.pop("TF_CONFIG", None)
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
                             cwd=str(cwd))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    reported = [line.split(workers.RESULT_PREFIX, 1)[1] for line in result.stdout.splitlines()
-                if workers.RESULT_PREFIX in line]
-    assert len(reported) == 2, result.stdout[-3000:]
-    for line in reported:
-        assert_checks(json.loads(line))
+    for rank in (0, 1):
+        path = os.path.join(str(cwd), f"result-{rank}.json")
+        assert os.path.exists(path), f"rank {rank} reported nothing:\n" + result.stdout[-3000:]
+        with open(path) as f:
+            assert_checks(json.load(f))
 
 
 def test_collectives_under_tfx_dist_run(tmp_path):

@@ -204,3 +204,6 @@ for name, call in [("adasum", lambda: hvd.allreduce(tf.constant(x), op=hvd.Adasu
 hvd.shutdown()
 check("shutdown", hvd.is_initialized(), False)
 print("RESULT " + json.dumps(checks), flush=True)
+if os.environ.get("RESULT_DIR"):  # launchers may interleave two ranks' long lines on one stdout
+    with open(os.path.join(os.environ["RESULT_DIR"], f"result-{r}.json"), "w") as f:
+        json.dump(checks, f)
