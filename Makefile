@@ -19,8 +19,9 @@ test: setup
 # the coordinator and the messages. tests/comm/test_cpp_runtime.py runs this
 # target, so `make test` runs it once, under pytest.
 CPP_TEST_DIR := build/cpp-test
-COMM_TEST_SRCS := $(shell find custom_ops/comm/core -name '*.cc' ! -name '*_test.cc') custom_ops/comm/tests/runtime_test.cc
-COMM_TEST_OBJS := $(COMM_TEST_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
+COMM_CORE_SRCS := $(shell find custom_ops/comm/core -name '*.cc' ! -name '*_test.cc')
+COMM_CORE_OBJS := $(COMM_CORE_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
+COMM_TEST_OBJS := $(COMM_CORE_OBJS) $(CPP_TEST_DIR)/custom_ops/comm/tests/runtime_test.o
 COMM_HEADERS := $(shell find custom_ops/comm -name '*.h')
 
 $(CPP_TEST_DIR)/%.o: %.cc $(COMM_HEADERS)
@@ -28,6 +29,12 @@ $(CPP_TEST_DIR)/%.o: %.cc $(COMM_HEADERS)
 	$(CXX) -std=c++17 -O2 -pthread -Wall -Wno-sign-compare -I. -c $< -o $@
 
 $(CPP_TEST_DIR)/runtime_test: $(COMM_TEST_OBJS)
+	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
+
+# The service's in-process tests (custom_ops/comm/core/service/service_test.cc),
+# linked with runtime_test's objects of the runtime, so that they are compiled
+# once: tests/comm/test_service_native.py builds this target and runs it.
+$(CPP_TEST_DIR)/service_test: $(COMM_CORE_OBJS) $(CPP_TEST_DIR)/custom_ops/comm/core/service/service_test.o
 	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
 
 # The service's and the parameter server's decoders, fuzzed in process.

@@ -41,10 +41,19 @@ flags=(-std=c++17 -O3 -DGOOGLE_CUDA=1 -I. --expt-relaxed-constexpr "${arch[@]}" 
 fused_reduce() {
   local kernel=custom_ops/fused_reduce/cc/kernels/fused_reduce_kernels.cu.cc
   echo "== fused_reduce: $("$NVCC" --version | tail -2 | head -1) ${arch[*]}; registers and spills of the kernels:"
+  rm -f "$out/kernel.o" "$out/fused_reduce_gpu_test" "$out/fused_reduce_gpu_bench"
   "$NVCC" "${flags[@]}" -Xptxas -v -c "$kernel" -o "$out/kernel.o" 2>&1 \
     | grep -E "registers|spill" | sort | uniq -c
-  "$NVCC" "${flags[@]}" tests/gpu/fused_reduce_gpu_test.cu.cc "$kernel" -o "$out/fused_reduce_gpu_test"
-  "$NVCC" "${flags[@]}" benchmarks/fused_reduce_gpu.cu.cc "$kernel" -o "$out/fused_reduce_gpu_bench"
+  # The kernel compiled once, as an archive (nvcc's -x cu would take a loose
+  # object for a source), linked into both programs, built side by side.
+  rm -f "$out/libtfx_fused_reduce_gpu.a" && ar rcs "$out/libtfx_fused_reduce_gpu.a" "$out/kernel.o"
+  "$NVCC" "${flags[@]}" tests/gpu/fused_reduce_gpu_test.cu.cc -L"$out" -ltfx_fused_reduce_gpu \
+    -o "$out/fused_reduce_gpu_test" &
+  "$NVCC" "${flags[@]}" benchmarks/fused_reduce_gpu.cu.cc -L"$out" -ltfx_fused_reduce_gpu \
+    -o "$out/fused_reduce_gpu_bench" &
+  wait
+  [[ -x "$out/fused_reduce_gpu_test" && -x "$out/fused_reduce_gpu_bench" ]] \
+    || { echo "fused_reduce: build failed" >&2; exit 1; }
   [[ $build_only == 1 ]] && { echo "built $out/fused_reduce_gpu_test and $out/fused_reduce_gpu_bench"; return 0; }
   echo "== fused_reduce correctness"
   "$out/fused_reduce_gpu_test"

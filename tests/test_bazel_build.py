@@ -2,7 +2,7 @@
 
 Runs ``./configure.sh`` and ``bazel build //...`` (2 jobs, Bazel's output under
 build/bazel-root), copies the libraries out with ``bazel run //:install_ops``,
-then loads each in a fresh process. Skipped when ``bazel`` is not installed
+then loads them in a fresh process. Skipped when ``bazel`` is not installed
 (``apt-get install bazel-bootstrap bazel-bootstrap-source``). A cold build takes
 minutes; later runs reuse build/bazel-root.
 """
@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from xml.etree import ElementTree
 
 import pytest
 
@@ -78,10 +79,20 @@ def installed(tmp_path_factory):
                    capture_output=True, timeout=120)
 
 
-def _src_labels(rule: str) -> set[str]:
-    """The srcs of `rule` (every select() branch), as package-relative names."""
-    out = _bazel("query", f'labels(srcs, "{rule}")', timeout=300).stdout.split()
-    return {label[len("//:"):] for label in out if label.startswith("//:")}
+def _library_rules() -> dict[str, dict[str, list[str]]]:
+    """Every op library's cc_binary, from one `bazel query` (one Bazel call, not one per
+    attribute and library): {rule label: {attribute: values}}. select() attributes list
+    the values of every branch, as `labels(srcs, ...)` does."""
+    out = _bazel("query", "--output=xml", "kind(cc_binary, //:*)", timeout=300).stdout
+    rules = {}
+    for rule in ElementTree.fromstring(out).iter("rule"):
+        rules[rule.get("name")] = {
+            attr.get("name"): [item.get("value") for item in attr] for attr in rule.findall("list")}
+    return rules
+
+
+def _package_relative(labels: list[str]) -> set[str]:
+    return {label[len("//:"):] for label in labels if label.startswith("//:")}
 
 
 def _registered_ops(lib: build_ops.Library) -> set[str]:
@@ -98,48 +109,61 @@ def _libraries_with_sources():
 
 def test_build_matches_build_ops(installed):
     """Every build_ops.LIBRARIES entry has a Bazel twin with the same sources and deps."""
+    rules = _library_rules()
     for lib in _libraries_with_sources():
-        rule = f"//:tfx_dist/_ops/{lib.name}.so"
+        rule = rules.get(f"//:tfx_dist/_ops/{lib.name}.so")
+        assert rule is not None, f"{lib.name}: no Bazel rule (have {sorted(rules)})"
         rel = lambda paths: {os.path.relpath(p, ROOT) for p in paths}  # noqa: E731
-        srcs = _src_labels(rule)
+        srcs = _package_relative(rule["srcs"])
         assert {s for s in srcs if s.startswith("custom_ops/")} == rel(lib.sources()), (
             f"{lib.name}: BUILD's globs and build_ops.py's disagree")
         prefix, suffix = f"_objs/{lib.name}/", ".pic.o"
         cuda_srcs = {s[len(prefix):-len(suffix)] for s in srcs if s.startswith(prefix)}
         assert cuda_srcs == rel(lib.cuda_sources()), f"{lib.name}: CUDA sources disagree"
-        deps = _bazel("query", f'labels(deps, "{rule}")', timeout=300).stdout.split()
-        bazel_deps = {d[len("//:"):-len("_import")] for d in deps if d.endswith("_import")}
+        bazel_deps = {d[:-len("_import")] for d in _package_relative(rule["deps"])
+                      if d.endswith("_import")}
         assert bazel_deps == set(lib.deps), f"{lib.name}: deps disagree"
-        rule_text = _bazel("query", "--output=build", rule, timeout=300).stdout
         for flag in lib.link_flags:
-            assert f'"{flag}"' in rule_text, f"{lib.name}: link flag {flag} missing in BUILD"
+            assert flag in rule["linkopts"], f"{lib.name}: link flag {flag} missing in BUILD"
         assert os.path.isfile(os.path.join(installed, lib.name + ".so")), lib.name
 
 
+# Loads every library given (path, then 1 for a TensorFlow op library or 0 for
+# plain C++, repeated) in one process; prints {path: its op names, or the error}.
 _LOADER = r"""
 import ctypes, json, sys
 import tensorflow as tf
-path, tensorflow = sys.argv[1], sys.argv[2] == "1"
-if tensorflow:
-    print(json.dumps(dir(tf.load_op_library(path))))
-else:
-    ctypes.CDLL(path)
-    print("[]")
+loaded = {}
+for path, tensorflow in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        if tensorflow == "1":
+            loaded[path] = dir(tf.load_op_library(path))
+        else:
+            ctypes.CDLL(path)
+            loaded[path] = []
+    except Exception as e:
+        loaded[path] = f"{type(e).__name__}: {e}"
+print(json.dumps(loaded))
 """
 
 
 def test_op_libraries_load(installed):
-    """Each installed library loads in a fresh process; its REGISTER_OP ops are there."""
+    """The installed libraries load in a fresh process (one, so TensorFlow starts once, not once
+    per library), in build_ops.py's order; each one's REGISTER_OP ops are there."""
     libs = _libraries_with_sources()
     assert libs, "build_ops.LIBRARIES has no library with sources"
+    args = []
+    for lib in libs:
+        args += [os.path.join(installed, lib.name + ".so"), "1" if lib.tensorflow else "0"]
+    result = subprocess.run([sys.executable, "-c", _LOADER, *args],
+                            env=_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"the loader failed:\n{result.stderr[-5000:]}"
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
     for lib in libs:
         path = os.path.join(installed, lib.name + ".so")
-        result = subprocess.run([sys.executable, "-c", _LOADER, path,
-                                 "1" if lib.tensorflow else "0"],
-                                env=_env(), capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, f"{path} does not load:\n{result.stderr[-5000:]}"
-        names = set(json.loads(result.stdout.strip().splitlines()[-1]))
-        missing = _registered_ops(lib) - names
+        names = loaded[path]
+        assert isinstance(names, list), f"{path} does not load: {names}"
+        missing = _registered_ops(lib) - set(names)
         assert not missing, f"{lib.name}.so lacks ops {sorted(missing)}"
 
 
@@ -152,8 +176,21 @@ def test_build_info(installed):
     assert info["cuda"] is bool(build_ops.find_nvcc())
 
 
+def _configuration() -> dict[str, bytes]:
+    """The files configure.sh writes (but its links to TensorFlow, which nvcc does not change)."""
+    paths = [os.path.join(ROOT, ".bazelrc.user")]
+    for folder, _, files in os.walk(os.path.join(ROOT, "third_party", "local_tensorflow")):
+        paths += [os.path.join(folder, f) for f in files if not os.path.islink(os.path.join(folder, f))]
+    configuration = {}
+    for path in paths:
+        with open(path, "rb") as f:
+            configuration[path] = f.read()
+    return configuration
+
+
 def test_build_without_nvcc(installed):
     """Without nvcc the *.cu.cc files are skipped cleanly (TFX_NVCC= as in build_ops.py)."""
+    defaults = _configuration()  # this machine's, written by the `installed` fixture
     try:
         _run(["./configure.sh"], timeout=300, env=_env(TFX_NVCC=""))
         _bazel_build()
@@ -164,4 +201,8 @@ def test_build_without_nvcc(installed):
             with open(so, "rb") as f:
                 assert b"libcudart" not in f.read(), f"{so} links to CUDA without nvcc"
     finally:
-        _run(["./configure.sh"], timeout=300)  # back to this machine's defaults
+        # Back to this machine's defaults: the same files as configure.sh writes again
+        # (without starting TensorFlow once more to compute them).
+        for path, content in defaults.items():
+            with open(path, "wb") as f:
+                f.write(content)

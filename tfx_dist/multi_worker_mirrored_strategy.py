@@ -115,6 +115,9 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
                 f"The transport does not match the cluster: it is rank {transport.rank} of "
                 f"{transport.size}, the cluster says rank {info.rank} of {info.num_workers}.")
         self._transport = transport
+        # Variables created so far with an order check (`_check_same_variable`);
+        # the position names the variable in that check's errors.
+        self._variables_created = 0
         # What TensorFlow's __init__ would set, with our CrossDeviceOps for every reduction.
         tfc.init_collective_extended(
             self, cluster_resolver=cluster_resolver or _cluster_resolver_for(info), info=info,
@@ -200,7 +203,8 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
 
     def _check_same_variable(self, name, initial_value):
         """Fails on every worker unless all are creating the same variable (see variable_order)."""
-        position = self._variables_created = getattr(self, "_variables_created", 0) + 1
+        self._variables_created += 1
+        position = self._variables_created
         variable_order.check_same_variable(
             self._cross_device_ops._cross_all_gather, self._cross_device_ops.transport.rank,
             variable_order.describe(position, name, initial_value))

@@ -32,7 +32,7 @@ import numpy as np
 
 from tfx_dist.embedding import store as store_lib
 from tfx_dist.parameter_server import table_checkpoint
-from tfx_dist.parameter_server.keras_files import _read_text, _text
+from tfx_dist.parameter_server.keras_files import read_text_entry, text_entry
 
 # The most bytes of records a process holds per chunk (one chunk at a time).
 CHUNK_BYTES = 16 << 20
@@ -79,9 +79,9 @@ def save(table, store) -> None:
         group = _entry_group(store, table.name)
         dataset = group.create_dataset(_RECORDS, shape=(table.input_dim,) + record_shape,
                                        dtype="float32")
-        store[_OPTIMIZER] = _text(table_checkpoint.encode_optimizer(table._optimizer))
+        store[_OPTIMIZER] = text_entry(table_checkpoint.encode_optimizer(table._optimizer))
     else:  # a non-chief's (temporary) file: it says where the rows are
-        store[_WRITER] = _text(f"worker rank {rank}: the rows are in the chief's file only")
+        store[_WRITER] = text_entry(f"worker rank {rank}: the rows are in the chief's file only")
     step = chunk_rows(int(np.prod(record_shape)))
     step -= step % n  # whole rounds of owners: every chunk starts at an id owned by rank 0
     step = max(step, n)
@@ -118,7 +118,7 @@ def load(table, store) -> None:
             "HybridStrategy; replicated and sharded placements do not share a file format).")
     dataset = group[_RECORDS]
     # Saved before any training: plain values (SGD has no slots).
-    rule = table_checkpoint.decode_optimizer(_read_text(store, _OPTIMIZER)) or store_lib.SGD()
+    rule = table_checkpoint.decode_optimizer(read_text_entry(store, _OPTIMIZER)) or store_lib.SGD()
     table._set_rule(rule)
     shard = table.shard
     expected = (table.input_dim, 1 + shard.num_slots, table.dim)

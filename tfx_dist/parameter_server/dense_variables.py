@@ -211,19 +211,13 @@ def upload_on_eager_assign(variable, table: DenseTable) -> None:
     `tf.train.Checkpoint` calls ``variable._restore_from_tensors``. The
     strategy's own refresh assigns through the class, not through these.
     """
-    assign, restore = variable.assign, variable._restore_from_tensors
+    def then_upload(method):
+        def method_then_upload(*args, **kwargs):
+            result = method(*args, **kwargs)
+            if tf.executing_eagerly():
+                table.upload(variable.numpy())
+            return result
+        return method_then_upload
 
-    def assign_and_upload(value):
-        result = assign(value)
-        if tf.executing_eagerly():
-            table.upload(variable.numpy())
-        return result
-
-    def restore_and_upload(restored_tensors):
-        result = restore(restored_tensors)
-        if tf.executing_eagerly():
-            table.upload(variable.numpy())
-        return result
-
-    variable.assign = assign_and_upload
-    variable._restore_from_tensors = restore_and_upload
+    variable.assign = then_upload(variable.assign)
+    variable._restore_from_tensors = then_upload(variable._restore_from_tensors)

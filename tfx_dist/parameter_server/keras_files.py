@@ -45,11 +45,15 @@ def keras_file_of(store, table_name: str) -> str:
         f"buffer, or a {type(store).__name__} store). Save to and load from a local path.")
 
 
-def _text(value: str) -> np.ndarray:
+# Text in a Keras store: HDF5 entries hold arrays, so text goes in as its UTF-8 bytes.
+# (The hybrid strategy's keras_files uses these too.)
+def text_entry(value: str) -> np.ndarray:
+    """``value`` as a Keras store entry: its UTF-8 bytes, uint8."""
     return np.frombuffer(value.encode("utf-8"), dtype=np.uint8).copy()
 
 
-def _read_text(store, key: str) -> str:
+def read_text_entry(store, key: str) -> str:
+    """The text that `text_entry` put in ``store[key]``."""
     return bytes(np.asarray(store[key], dtype=np.uint8)).decode("utf-8")
 
 
@@ -57,8 +61,8 @@ def save(table, store) -> None:
     """Has the servers write ``table``'s shards beside the Keras file; records them in ``store``."""
     prefix = table_checkpoint.table_prefix(keras_file_of(store, table.name), table.name, table.table_id)
     applies = table.save(prefix)
-    store[_PREFIX] = _text(prefix)
-    store[_OPTIMIZER] = _text(table_checkpoint.encode_optimizer(table.optimizer_rule))
+    store[_PREFIX] = text_entry(prefix)
+    store[_OPTIMIZER] = text_entry(table_checkpoint.encode_optimizer(table.optimizer_rule))
     store[_APPLIES] = np.asarray(applies, dtype=np.int64)
 
 
@@ -68,12 +72,12 @@ def load(table, store) -> None:
         raise ValueError(
             f"ShardedEmbedding '{table.name}': this Keras file holds no rows of the table (it was "
             "not saved from a model whose table lives on parameter servers).")
-    written = _read_text(store, _PREFIX)
+    written = read_text_entry(store, _PREFIX)
     try:  # beside the file being read (it may have been copied with its shards) ...
         prefix = table_checkpoint.beside(written, keras_file_of(store, table.name))
     except ValueError:  # ... or, read from memory (load_model of a .keras), where written
         prefix = written
     if not table_checkpoint.existing_shards(prefix):
         prefix = written
-    table.restore(prefix, table_checkpoint.decode_optimizer(_read_text(store, _OPTIMIZER)),
+    table.restore(prefix, table_checkpoint.decode_optimizer(read_text_entry(store, _OPTIMIZER)),
                   int(np.asarray(store[_APPLIES])))

@@ -38,6 +38,24 @@ Status Malformed(uint16_t kind, int worker) {
                                             std::to_string(worker) + " (truncated or corrupt payload)");
 }
 
+// A PUSH's gradients or an ASSIGN's values (`what`) for `n` ids of `shard`:
+// one row of dim floats per id, every id valid, every float finite. Refused
+// now, to their sender, before anything changes.
+Status CheckRows(const embedding::TableShard& shard, int worker, const char* request, const char* what,
+                 const int64_t* ids, int64_t n, const float* values, int64_t n_values) {
+  const int64_t dim = shard.config().dim;
+  if (n_values != n * dim)
+    return InvalidArgument(shard.description() + ": " + request + " of " + std::to_string(n) + " ids carries " +
+                           std::to_string(n_values) + " " + what + " values, expected " + std::to_string(n * dim));
+  TFX_EMB_RETURN_IF_ERROR(shard.CheckIds(ids, n));
+  for (int64_t i = 0; i < n_values; ++i) {
+    if (!std::isfinite(values[i]))
+      return InvalidArgument(shard.description() + ": " + what + " value of id " + std::to_string(ids[i / dim]) +
+                             " from worker " + std::to_string(worker) + " is not finite");
+  }
+  return Status::Ok();
+}
+
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g s", s);
@@ -179,17 +197,7 @@ Status ParameterServer::Push(int worker, const char* payload, size_t len) {
   std::shared_ptr<embedding::TableShard> shard;
   Table* table = Find(table_id, &st, &shard);
   if (table == nullptr) return st;
-  const int64_t dim = shard->config().dim;
-  if (n_grads != n * dim)
-    return InvalidArgument(shard->description() + ": a push of " + std::to_string(n) + " ids carries " +
-                           std::to_string(n_grads) + " gradient values, expected " + std::to_string(n * dim));
-  // Refuse bad input now, to its sender, before anything is kept.
-  TFX_EMB_RETURN_IF_ERROR(shard->CheckIds(ids, n));
-  for (int64_t i = 0; i < n_grads; ++i) {
-    if (!std::isfinite(grads[i]))
-      return InvalidArgument(shard->description() + ": gradient of id " + std::to_string(ids[i / dim]) +
-                             " from worker " + std::to_string(worker) + " is not finite");
-  }
+  TFX_EMB_RETURN_IF_ERROR(CheckRows(*shard, worker, "a push", "gradient", ids, n, grads, n_grads));
   if (!std::isfinite(learning_rate) || learning_rate < 0)
     return InvalidArgument("learning rate " + std::to_string(learning_rate) + " from worker " +
                            std::to_string(worker));
@@ -335,17 +343,8 @@ Status ParameterServer::Assign(int worker, const char* payload, size_t len) {
   std::shared_ptr<embedding::TableShard> current;
   Table* table = Find(table_id, &st, &current);
   if (table == nullptr) return st;
+  TFX_EMB_RETURN_IF_ERROR(CheckRows(*current, worker, "an assignment", "row", ids, n, values, n_values));
   const int64_t dim = current->config().dim;
-  if (n_values != n * dim)
-    return InvalidArgument(current->description() + ": an assignment of " + std::to_string(n) + " ids carries " +
-                           std::to_string(n_values) + " values, expected " + std::to_string(n * dim));
-  // Refuse bad input now, to its sender, with the table unchanged.
-  TFX_EMB_RETURN_IF_ERROR(current->CheckIds(ids, n));
-  for (int64_t i = 0; i < n_values; ++i) {
-    if (!std::isfinite(values[i]))
-      return InvalidArgument(current->description() + ": value of id " + std::to_string(ids[i / dim]) +
-                             " from worker " + std::to_string(worker) + " is not finite");
-  }
   std::lock_guard<std::mutex> lock(mu_);
   // A new shard, swapped in whole (as SET_OPTIMIZER does): readers holding the
   // old one finish on it, and a failure leaves the table as it was.
