@@ -5,9 +5,11 @@ no-communication ceiling's local processes, with worker (process) 0's
 timed steps traced by TensorFlow's profiler, then reads the trace (XSpace
 protobuf) and splits each step's wall time into:
 
-* our ops: ``TfxPsLookup`` (rows from the servers), ``TfxPsPush`` (gradient
-  rows to them), ``TfxPsStepDone`` (the step barrier: it returns once every
-  worker's pushes are applied, so it includes waiting for the other worker),
+* our ops: ``TfxPsLookup`` (rows from the servers; in synchronous training it
+  waits until the previous step is applied, so it includes waiting for the
+  other worker), ``TfxPsPush`` (gradient rows to them), ``TfxPsStepDone``
+  (closes the step: a round trip that never waits for the other worker, but
+  the last worker's also applies the step's summed gradients on the servers),
   the collective ops (``TfxAllReduce``...: the dense gradients);
 * the model's math (MatMul, the embedding's unique/gather/segment ops, ...),
   by op type;

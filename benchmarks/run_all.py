@@ -195,6 +195,9 @@ def _parameter_server_targets(runs: dict) -> list[str]:
         bound = ctr.get("mlp_ceiling_vs_best_baseline")
         lines.append(f"| PS click-through training, 2 ps + 2 workers: >= 3x the best baseline's "
                      f"examples/s | {common.met(ratio >= 3)} | {ratio:.2f}x"
+                     + (f" (medians of {ctr['rounds']} rounds; round by round "
+                        + ", ".join(f"{r:.2f}x" for r in ctr["round_ratios"]) + ")"
+                        if ctr.get("rounds", 1) > 1 and ctr.get("round_ratios") else "")
                      + (f"; this machine's ceiling for the model (its dense layers alone, no "
                         f"table) is {bound:.2f}x the best baseline" if bound else "") + " |")
     if ctr and ctr.get("rss_growth"):
