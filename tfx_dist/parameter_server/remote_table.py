@@ -1,8 +1,8 @@
 """A `ShardedEmbedding`'s table on the parameter servers.
 
-Rows are fetched by the ``TfxPsLookup`` op; their gradient reaches the
-servers through Keras's own optimizer call. The lookup reads a scalar
-*anchor* variable inside a `tf.custom_gradient`, whose gradient for the
+Rows are fetched by the ``TfxPsTableLookup`` op; their gradient reaches the
+servers through Keras's own optimizer call. The op takes a scalar *anchor*
+variable as an input (never read), and its registered gradient for the
 anchor is a `tf.IndexedSlices` over the batch's distinct ids. Keras hands
 the anchor's gradient, with the current learning rate, to the optimizer's
 update step, where the strategy pushes it to the servers instead
