@@ -5,7 +5,7 @@ no-communication ceiling's local processes, with worker (process) 0's
 timed steps traced by TensorFlow's profiler, then reads the trace (XSpace
 protobuf) and splits each step's wall time into:
 
-* our ops: ``TfxPsLookup`` (rows from the servers; in synchronous training it
+* our ops: ``TfxPsTableLookup`` (rows from the servers; in synchronous training it
   waits until the previous step is applied, so it includes waiting for the
   other worker), ``TfxPsPush`` (gradient rows to them), ``TfxPsStepDone``
   (closes the step: a round trip that never waits for the other worker, but
@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ps_ctr  # noqa: E402
 
-OUR_OPS = ("TfxPsLookup", "TfxPsPush", "TfxPsStepDone", "TfxAllReduce", "TfxAllGather",
+OUR_OPS = ("TfxPsTableLookup", "TfxPsLookup", "TfxPsPush", "TfxPsStepDone", "TfxAllReduce", "TfxAllGather",
            "TfxBroadcast", "TfxFusedReduce")
 
 

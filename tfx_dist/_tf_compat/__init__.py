@@ -26,12 +26,15 @@ from tfx_dist._tf_compat.versions import SUPPORTED_KERAS, SUPPORTED_TENSORFLOW, 
 check_versions()
 
 # pylint: disable=wrong-import-position
-from tfx_dist._tf_compat.imports import (collective_all_reduce_strategy,  # noqa: E402
+from tfx_dist._tf_compat.imports import (auto_control_deps_utils,  # noqa: E402
+                                         collective_all_reduce_strategy,
                                          cross_device_ops_lib, cross_device_utils, device_util,
                                          distribute_lib, distribute_utils, input_lib,
                                          mirrored_strategy, numpy_dataset, parameter_server_lib,
-                                         reduce_util, trackable_base, values_lib)
-from tfx_dist._tf_compat.fields import (dataset_function_graphs, dataset_inputs,  # noqa: E402
+                                         reduce_util, resource_variable_ops, trackable_base,
+                                         values_lib)
+from tfx_dist._tf_compat.fields import (component_variable,  # noqa: E402
+                                        dataset_function_graphs, dataset_inputs,
                                         init_collective_extended, input_workers,
                                         run_independently, skip_partial_batch_check)
 from tfx_dist._tf_compat.keras_optimizer import optimizer_with_gradient_hook  # noqa: E402
@@ -46,10 +49,12 @@ from tfx_dist._tf_compat.patches import (build_from_first_replica,  # noqa: E402
 
 __all__ = [
     "SUPPORTED_KERAS", "SUPPORTED_TENSORFLOW", "check_versions",
-    "collective_all_reduce_strategy", "cross_device_ops_lib", "cross_device_utils", "device_util",
+    "auto_control_deps_utils", "collective_all_reduce_strategy", "cross_device_ops_lib",
+    "cross_device_utils", "device_util",
     "distribute_lib", "distribute_utils", "input_lib", "mirrored_strategy", "numpy_dataset",
-    "parameter_server_lib", "reduce_util", "trackable_base", "values_lib",
-    "dataset_function_graphs", "dataset_inputs", "init_collective_extended", "input_workers",
+    "parameter_server_lib", "reduce_util", "resource_variable_ops", "trackable_base", "values_lib",
+    "component_variable", "dataset_function_graphs", "dataset_inputs", "init_collective_extended",
+    "input_workers",
     "run_independently", "skip_partial_batch_check",
     "build_from_first_replica", "check_partial_batches_locally", "current_checkpoint_prefix",
     "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",

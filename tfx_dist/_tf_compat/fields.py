@@ -125,3 +125,16 @@ def init_collective_extended(extended, *, cluster_resolver, info, local_devices,
     extended.experimental_enable_get_next_as_optional = True
     extended._use_var_policy = False
 
+
+
+# -- variables read by custom ops ----------------------------------------------------------------
+
+def component_variable(variable):
+    """The plain variable a custom op should take the handle of, for ``variable`` here.
+
+    A distributed (mirrored) variable's component of the current replica, or
+    its primary in cross-replica context, as its own ``value()`` reads; any
+    other variable as it is.
+    """
+    get = getattr(variable, "_get_on_device_or_primary", None)  # pylint: disable=protected-access
+    return get() if get is not None else variable

@@ -32,3 +32,8 @@ from tensorflow.python.distribute import numpy_dataset  # noqa: F401
 from tensorflow.python.distribute import input_lib  # noqa: F401
 # CheckpointInitialValue, unwrapped before broadcasting a variable's initial value.
 from tensorflow.python.trackable import base as trackable_base  # noqa: F401
+# variable_accessed: a custom op reading a variable's handle tells the tape and the FuncGraph, as
+# ResourceVariable.sparse_read does (else no gradient reaches the variable).
+from tensorflow.python.ops import resource_variable_ops  # noqa: F401
+# register_read_only_resource_op: automatic control dependencies do not order such reads.
+from tensorflow.python.framework import auto_control_deps_utils  # noqa: F401

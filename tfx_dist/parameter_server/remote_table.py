@@ -1,8 +1,8 @@
 """A `ShardedEmbedding`'s table on the parameter servers.
 
-Rows are fetched by the ``TfxPsLookup`` op; their gradient reaches the
-servers through Keras's own optimizer call. The lookup reads a scalar
-*anchor* variable inside a `tf.custom_gradient`, whose gradient for the
+Rows are fetched by the ``TfxPsTableLookup`` op; their gradient reaches the
+servers through Keras's own optimizer call. The op takes a scalar *anchor*
+variable as an input (never read), and its registered gradient for the
 anchor is a `tf.IndexedSlices` over the batch's distinct ids. Keras hands
 the anchor's gradient, with the current learning rate, to the optimizer's
 update step, where the strategy pushes it to the servers instead
@@ -31,7 +31,6 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
-from tfx_dist.layers import embedding_tables
 from tfx_dist.parameter_server import _native, keras_files, table_checkpoint
 
 # A dense shape for the anchor's gradient: the rows it names are ids, not
@@ -41,6 +40,17 @@ _ID_SPACE = 1 << 62
 
 def _ops_lib():
     return _ops.load_op_library("_ps_ops")
+
+
+@tf.RegisterGradient("TfxPsTableLookup")
+def _table_lookup_grad(op, d_rows):
+    """The anchor's gradient: the rows' gradient over the looked-up ids (the servers' rows)."""
+    dense_shape = tf.constant([_ID_SPACE, op.get_attr("dim")], tf.int64)
+    return [tf.IndexedSlices(d_rows, op.inputs[1], dense_shape=dense_shape), None]
+
+
+# The anchor is never written: lookups of one table need no order among themselves.
+tfc.auto_control_deps_utils.register_read_only_resource_op("TfxPsTableLookup")
 
 
 class RemoteTable(tfc.trackable_base.Trackable):
@@ -80,11 +90,20 @@ class RemoteTable(tfc.trackable_base.Trackable):
         self.anchor._tfx_ps_table = self
 
     def lookup(self, unique_ids):
-        lookup_op = _ops_lib().tfx_ps_lookup
-        return embedding_tables.anchored_lookup(
-            self.anchor, unique_ids,
-            lambda ids: lookup_op(ids, client_id=self._client_id, table_id=self.table_id, dim=self.dim),
-            tf.constant([_ID_SPACE, self.dim], tf.int64))
+        """The rows of distinct int64 ids: one ``TfxPsTableLookup`` op, differentiable.
+
+        The op takes the anchor's handle (never reads it), so its registered
+        gradient (`_table_lookup_grad`) gives the anchor the rows' gradient, as
+        ``ResourceGather`` does for a variable: no ``tf.custom_gradient``,
+        variable read or identities around it, each of which cost a call
+        eagerly and an op in a graph.
+        """
+        anchor = tfc.component_variable(self.anchor.value)
+        # As ResourceVariable.sparse_read: the tape (and the FuncGraph) must see the variable.
+        tfc.resource_variable_ops.variable_accessed(anchor)
+        return _ops_lib().tfx_ps_table_lookup(anchor.handle, tf.cast(unique_ids, tf.int64),
+                                              client_id=self._client_id, table_id=self.table_id,
+                                              dim=self.dim)
 
     def set_optimizer(self, optimizer) -> None:
         """Tells the servers which rule trains this table (once per optimizer)."""

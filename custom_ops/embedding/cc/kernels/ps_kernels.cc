@@ -33,6 +33,10 @@ class PsKernel : public OpKernel {
   int64_t client_;
 };
 
+// TfxPsLookup (ids at input 0) and TfxPsTableLookup (anchor, ids: input 1;
+// the anchor is there for the gradient only). The rows are received straight
+// into the output tensor; nothing else is allocated per call.
+template <int kIdsInput>
 class TfxPsLookupOp : public PsKernel {
  public:
   explicit TfxPsLookupOp(OpKernelConstruction* c) : PsKernel(c) {
@@ -40,11 +44,13 @@ class TfxPsLookupOp : public PsKernel {
     OP_REQUIRES_OK(c, c->GetAttr("dim", &dim_));
   }
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& ids = ctx->input(0);
-    OP_REQUIRES(ctx, ids.dims() == 1, absl::InvalidArgumentError("TfxPsLookup wants 1-D ids"));
+    const Tensor& ids = ctx->input(kIdsInput);
+    OP_REQUIRES(ctx, ids.dims() == 1,
+                absl::InvalidArgumentError(type_string() + " wants 1-D ids; got shape " + ids.shape().DebugString()));
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({ids.dim_size(0), dim_}), &rows));
-    char err[2048] = {0};
+    char err[2048];
+    err[0] = '\0';  // written only on an error
     const int32_t rc = tfx_ps_lookup(client_, table_, ids.flat<int64_t>().data(), ids.dim_size(0),
                                      rows->flat<float>().data(), err, sizeof(err));
     OP_REQUIRES_OK(ctx, ToTfStatus(rc, err));
@@ -88,7 +94,9 @@ class TfxPsStepDoneOp : public PsKernel {
 
 }  // namespace
 
-REGISTER_KERNEL_BUILDER(Name("TfxPsLookup").Device(tensorflow::DEVICE_CPU), TfxPsLookupOp);
+REGISTER_KERNEL_BUILDER(Name("TfxPsLookup").Device(tensorflow::DEVICE_CPU), TfxPsLookupOp<0>);
+REGISTER_KERNEL_BUILDER(Name("TfxPsTableLookup").Device(tensorflow::DEVICE_CPU).HostMemory("anchor"),
+                        TfxPsLookupOp<1>);
 REGISTER_KERNEL_BUILDER(Name("TfxPsPush").Device(tensorflow::DEVICE_CPU), TfxPsPushOp);
 REGISTER_KERNEL_BUILDER(Name("TfxPsStepDone").Device(tensorflow::DEVICE_CPU), TfxPsStepDoneOp);
 

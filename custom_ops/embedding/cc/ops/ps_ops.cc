@@ -22,6 +22,30 @@ REGISTER_OP("TfxPsLookup")
     })
     .Doc("Rows of distinct ids (1-D) of a table on the parameter servers, [n, dim].");
 
+// The same lookup taking the table's anchor variable as its first input, so
+// that the op alone is differentiable: its registered gradient (Python,
+// remote_table.py) gives the anchor the rows' gradient as IndexedSlices over
+// ids, as ResourceGather does for a variable. No ReadVariableOp, identity or
+// tf.custom_gradient around it (each costs a call: see docs/parameter_server.md).
+REGISTER_OP("TfxPsTableLookup")
+    .Input("anchor: resource")
+    .Input("ids: int64")
+    .Output("rows: float")
+    .Attr("client_id: int")
+    .Attr("table_id: int")
+    .Attr("dim: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t dim;
+      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+      ::tensorflow::shape_inference::ShapeHandle ids;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &ids));
+      c->set_output(0, c->Matrix(c->Dim(ids, 0), dim));
+      return absl::OkStatus();
+    })
+    .Doc("TfxPsLookup with the table's anchor variable as an input (never read): the op's gradient "
+         "for the anchor is the rows' gradient as IndexedSlices over ids.");
+
 REGISTER_OP("TfxPsPush")
     .Input("ids: int64")
     .Input("gradients: float")
