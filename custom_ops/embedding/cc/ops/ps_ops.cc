@@ -7,6 +7,16 @@ namespace tfx {
 
 using ::tensorflow::shape_inference::InferenceContext;
 
+// A lookup's output: one row of `dim` floats per id of the 1-D input `ids_input`.
+static absl::Status RowsOfIds(InferenceContext* c, int ids_input) {
+  int64_t dim;
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  ::tensorflow::shape_inference::ShapeHandle ids;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(ids_input), 1, &ids));
+  c->set_output(0, c->Matrix(c->Dim(ids, 0), dim));
+  return absl::OkStatus();
+}
+
 REGISTER_OP("TfxPsLookup")
     .Input("ids: int64")
     .Output("rows: float")
@@ -14,12 +24,7 @@ REGISTER_OP("TfxPsLookup")
     .Attr("table_id: int")
     .Attr("dim: int")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      int64_t dim;
-      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
-      c->set_output(0, c->Matrix(c->Dim(c->input(0), 0), dim));
-      return absl::OkStatus();
-    })
+    .SetShapeFn([](InferenceContext* c) { return RowsOfIds(c, 0); })
     .Doc("Rows of distinct ids (1-D) of a table on the parameter servers, [n, dim].");
 
 // The same lookup taking the table's anchor variable as its first input, so
@@ -35,14 +40,7 @@ REGISTER_OP("TfxPsTableLookup")
     .Attr("table_id: int")
     .Attr("dim: int")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      int64_t dim;
-      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
-      ::tensorflow::shape_inference::ShapeHandle ids;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &ids));
-      c->set_output(0, c->Matrix(c->Dim(ids, 0), dim));
-      return absl::OkStatus();
-    })
+    .SetShapeFn([](InferenceContext* c) { return RowsOfIds(c, 1); })
     .Doc("TfxPsLookup with the table's anchor variable as an input (never read): the op's gradient "
          "for the anchor is the rows' gradient as IndexedSlices over ids.");
 
