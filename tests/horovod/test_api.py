@@ -84,10 +84,11 @@ def test_schedule_callback_staircase(initialized):
     np.testing.assert_allclose(history.history["lr"], [0.1, 0.05, 0.025], rtol=1e-6)
 
 
-def test_keras_epoch_iterators_are_destroyed_off_the_training_thread(initialized, monkeypatch):
+def test_dropped_input_iterators_are_destroyed_off_the_training_thread(initialized, monkeypatch):
     """Keras makes a new input iterator every epoch (and for every evaluation) and drops the
-    last one; destroying a tf.data iterator can stall its thread for up to a second in TF 2.21,
-    and a stalled rank stalls every rank. After hvd.init() they die on tfx_dist's reaper thread."""
+    last one, as a custom loop's ``for batch in dataset`` does; destroying a tf.data iterator
+    can stall its thread for up to a second in TF 2.21, and a stalled rank stalls every rank.
+    After hvd.init() they die on tfx_dist's reaper thread."""
     import gc
     import threading
     import weakref
@@ -109,9 +110,13 @@ def test_keras_epoch_iterators_are_destroyed_off_the_training_thread(initialized
     model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
     model.fit(x, x[:, :1], batch_size=8, epochs=3, validation_data=(x, x[:, :1]), verbose=0)
     model.evaluate(x, x[:, :1], batch_size=8, verbose=0)
+    dataset = tf.data.Dataset.from_tensor_slices(x).batch(8).prefetch(tf.data.AUTOTUNE)
+    for _ in range(2):  # a custom loop's epochs
+        for batch in dataset:
+            model.train_on_batch(batch, batch[:, :1])
     gc.collect()
     assert iterator_reaper.wait_idle(10)
     # fit: one iterator per epoch plus the next epoch's, made ahead; validation and evaluate:
-    # one each; all but the one fit still holds are garbage now.
-    assert len(watches) >= 7
+    # one each; the custom loop: one per epoch. All but the one fit still holds are garbage now.
+    assert len(watches) >= 9
     assert destroyed_on and set(destroyed_on) == {"tfx_iterator_reaper"}, destroyed_on

@@ -42,7 +42,7 @@ from tfx_dist._tf_compat.patches import (build_from_first_replica,  # noqa: E402
                                          check_partial_batches_locally,
                                          current_checkpoint_prefix, current_restore_prefix,
                                          delete_with_checkpoints,
-                                         hand_over_dropped_iterators, hand_over_keras_iterators,
+                                         hand_over_dropped_iterators, hand_over_dataset_iterators,
                                          keep_optimizer_extras,
                                          read_one_element_per_replica, replica_loss_share,
                                          route_table_gradients)
@@ -58,7 +58,7 @@ __all__ = [
     "run_independently", "skip_partial_batch_check",
     "build_from_first_replica", "check_partial_batches_locally", "current_checkpoint_prefix",
     "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",
-    "hand_over_keras_iterators",
+    "hand_over_dataset_iterators",
     "keep_optimizer_extras", "read_one_element_per_replica",
     "replica_loss_share", "route_table_gradients", "optimizer_with_gradient_hook",
 ]

@@ -60,12 +60,11 @@ mark, and is installed (with the others) by the first call that needs one:
    strategy whose extended has ``save_optimizer_extras`` add entries (the
    servers' slots of dense variables) and ``load_optimizer_extras`` read them;
    Keras's own load sees its entries only (it skips a count that differs).
-9. Keras's iterators of undistributed datasets (`hand_over_keras_iterators`):
-   ``TFEpochIterator._get_iterator`` (``keras.src.backend.tensorflow.trainer``,
-   what ``fit``, ``evaluate`` and ``predict`` iterate) returns, for a plain
-   ``tf.data.Dataset`` (no strategy distributed it: a Horovod-style script), a
-   view whose eager iterators give their iterator resource, once garbage, to a
-   callback, as 3 does for distributed datasets.
+9. Eager iterators of tf.data datasets (`hand_over_dataset_iterators`):
+   ``tf.data.Dataset.__iter__`` (``iter(dataset)``, ``for x in dataset``, and
+   the iterators Keras's ``fit``, ``evaluate`` and ``predict`` make from a
+   dataset no strategy distributed), once a callback is set, gives each eager
+   iterator's resource, once the iterator is garbage, to that callback.
 """
 
 from __future__ import annotations
@@ -99,7 +98,7 @@ def install() -> None:
         _install_keras_build_from_first_replica()
         _install_keras_loss_share()
         _install_keras_optimizer_extras()
-        _install_keras_iterator_hand_over()
+        _install_dataset_iterator_hand_over()
         _installed = True
 
 
@@ -464,32 +463,18 @@ def _install_keras_optimizer_extras() -> None:
     cls.save_own_variables, cls.load_own_variables = save_own_variables, load_own_variables
 
 
-# -- 9. Keras's iterators of undistributed datasets ---------------------------------------------
+# -- 9. eager iterators of tf.data datasets -----------------------------------------------------
 
-_keras_hand_over = None  # the callback of `hand_over_keras_iterators`, once set
+_dataset_hand_over = None  # the callback of `hand_over_dataset_iterators`, once set
 
 
-def hand_over_keras_iterators(hand_over) -> None:
-    """The eager iterators that Keras makes from datasets no strategy distributed, once
-    garbage, call ``hand_over([iterator_resource])`` in the thread that drops them, with
-    the last reference to their tf.data iterator resource. Process-wide; idempotent."""
-    global _keras_hand_over
+def hand_over_dataset_iterators(hand_over) -> None:
+    """Every eager tf.data iterator made from now on (``iter(dataset)``, ``for x in dataset``,
+    Keras's fit/evaluate/predict), once garbage, calls ``hand_over([iterator_resource])`` in
+    the thread that drops it, with the last reference to its resource. Process-wide; idempotent."""
+    global _dataset_hand_over
     install()
-    _keras_hand_over = hand_over
-
-
-class _HandingOverDataset:
-    """Iterates as ``dataset`` does; each eager iterator hands its resource over once garbage."""
-
-    def __init__(self, dataset: tf.data.Dataset, hand_over):
-        self._dataset, self._hand_over = dataset, hand_over
-
-    def __iter__(self):
-        iterator = iter(self._dataset)
-        if tf.executing_eagerly():
-            weakref.finalize(iterator, _take_resource_and_hand_over, self._hand_over,
-                             fields.iterator_fields(iterator))
-        return iterator
+    _dataset_hand_over = hand_over
 
 
 def _take_resource_and_hand_over(hand_over, iterator_fields: dict) -> None:
@@ -498,15 +483,14 @@ def _take_resource_and_hand_over(hand_over, iterator_fields: dict) -> None:
     hand_over([fields.take_iterator_resource(iterator_fields)])
 
 
-def _install_keras_iterator_hand_over() -> None:
-    from keras.src.backend.tensorflow import trainer  # pylint: disable=import-outside-toplevel
+def _install_dataset_iterator_hand_over() -> None:
+    make_iterator = tf.data.Dataset.__iter__
 
-    get_iterator = trainer.TFEpochIterator._get_iterator  # pylint: disable=protected-access
+    def __iter__(self):
+        iterator = make_iterator(self)
+        if _dataset_hand_over is not None and tf.executing_eagerly():
+            weakref.finalize(iterator, _take_resource_and_hand_over, _dataset_hand_over,
+                             fields.iterator_fields(iterator))
+        return iterator
 
-    def handing_over_iterators(self):
-        dataset = get_iterator(self)
-        if _keras_hand_over is None or not isinstance(dataset, tf.data.Dataset):
-            return dataset
-        return _HandingOverDataset(dataset, _keras_hand_over)
-
-    trainer.TFEpochIterator._get_iterator = handing_over_iterators  # pylint: disable=protected-access
+    tf.data.Dataset.__iter__ = __iter__

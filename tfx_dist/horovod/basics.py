@@ -78,9 +78,9 @@ def init(comm=None, process_sets=None):
         communicator = Communicator(info.rank, size, addresses, **_env.communicator_options())
         _state = _State(info, communicator, *_host_index(info))
         _env.report_ignored(info.rank)
-        # Keras drops its input iterator every epoch; destroying one can stall
-        # this rank, and so every rank, for up to a second (docs/horovod.md).
-        iterator_reaper.reap_keras_iterators_in_background()
+        # Keras (and a custom loop) drops its input iterator every epoch; destroying
+        # one can stall this rank, and so every rank, for up to a second (docs/horovod.md).
+        iterator_reaper.reap_dataset_iterators_in_background()
 
 
 def shutdown():

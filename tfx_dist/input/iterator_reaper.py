@@ -9,8 +9,9 @@ training while a background thread destroys an iterator), so tfx_dist's
 strategies mark the datasets they distribute (`reap_in_background`) and
 their iterators, once garbage, are destroyed on one daemon thread (the
 hand-over itself is in `tfx_dist._tf_compat.patches`). Horovod-style scripts
-use no strategy: `tfx_dist.horovod.init` asks for the same with the iterators
-Keras makes from undistributed datasets (`reap_keras_iterators_in_background`).
+use no strategy: `tfx_dist.horovod.init` asks for the same with every eager
+tf.data iterator of the process (`reap_dataset_iterators_in_background`): those
+Keras makes every epoch and those a custom loop drops.
 At exit, that thread is given time to finish before the interpreter shuts down.
 """
 
@@ -36,11 +37,11 @@ def reap_in_background(distributed) -> None:
     tfc.hand_over_dropped_iterators(distributed, _queue.put)
 
 
-def reap_keras_iterators_in_background() -> None:
-    """Iterators Keras's fit, evaluate and predict make from datasets no strategy distributed
-    are destroyed in the background from now on (process-wide)."""
+def reap_dataset_iterators_in_background() -> None:
+    """Every eager tf.data iterator made from now on (Keras's, a custom loop's) is destroyed
+    in the background once garbage (process-wide)."""
     _install()
-    tfc.hand_over_keras_iterators(_queue.put)
+    tfc.hand_over_dataset_iterators(_queue.put)
 
 
 def wait_idle(timeout_s: float = _EXIT_WAIT_S) -> bool:
