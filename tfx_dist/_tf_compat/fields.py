@@ -126,7 +126,6 @@ def init_collective_extended(extended, *, cluster_resolver, info, local_devices,
     extended._use_var_policy = False
 
 
-
 # -- variables read by custom ops ----------------------------------------------------------------
 
 def component_variable(variable):
