@@ -86,7 +86,8 @@ LIBRARIES = (
         link_flags=("-Wl,-soname,libtfx_embedding.so",),
     ),
     # TensorFlow ops over the parameter-server client (TfxPsLookup, TfxPsPush, TfxPsStepDone)
-    # and over an in-process table shard (TfxStoreLookup, TfxStoreApply: HybridStrategy).
+    # and over an in-process table shard (TfxStoreLookup, TfxStoreApply: HybridStrategy), and
+    # the embedding layer's row sums (TfxSumRowsByIndex).
     Library(
         name="_ps_ops",
         source_globs=("custom_ops/embedding/cc/**/*.cc",),

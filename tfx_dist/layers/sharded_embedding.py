@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfx_dist.layers import embedding_tables
+from tfx_dist.layers import embedding_tables, row_ops
 
 _COMBINERS = (None, "sum", "mean", "sqrtn")
 _PLACEMENTS = (None, "sharded", "replicated")
@@ -154,19 +154,18 @@ def _flatten(inputs, combiner):
 @tf.custom_gradient
 def _expand(unique_rows, position):
     """``tf.gather(unique_rows, position)``, whose gradient sums the positions' gradients per
-    distinct id with ``tf.scatter_nd``: TensorFlow's own gradient of the gather (IndexedSlices,
-    made dense by ``unsorted_segment_sum``) took about twice as long on CPU, and this sum is on
-    every training step's critical path (benchmarks/ps_profile.py)."""
+    distinct id with `row_ops.sum_rows_by_index`: TensorFlow's own gradient of the gather
+    (IndexedSlices, made dense later) is slower, and this sum is on every training step's
+    critical path (benchmarks/ps_profile.py)."""
     def grad(d_rows):
-        d_rows = tf.convert_to_tensor(d_rows)
-        shape = tf.shape(unique_rows, out_type=position.dtype)
-        return tf.scatter_nd(position[:, None], d_rows, shape), None
+        num_ids = tf.shape(unique_rows, out_type=position.dtype)[0]
+        return row_ops.sum_rows_by_index(d_rows, position, num_ids), None
 
     return tf.gather(unique_rows, position), grad
 
 
 def _combine(rows, segments, num_segments, combiner):
-    total = tf.math.unsorted_segment_sum(rows, segments, num_segments)
+    total = row_ops.sum_rows_by_index(rows, segments, num_segments)
     if combiner == "sum":
         return total
     count = tf.math.unsorted_segment_sum(tf.ones_like(segments, rows.dtype), segments,
