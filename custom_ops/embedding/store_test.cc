@@ -222,6 +222,36 @@ void TestDuplicatesAndLaziness() {
   }
 }
 
+// A server sums each step's pushes as they arrive (RowSums), then applies
+// them: the same rows as one ApplyGradients of every push back to back, also
+// after Clear() and with more ids than the sum's first capacity.
+void TestRowSumsInPieces() {
+  TableConfig c = Config(0, 3, 0, 1);
+  c.optimizer.kind = OptimizerKind::kAdam;
+  auto whole = Shards(c, 1), pieces = Shards(c, 1);
+  RowSums sums(3);
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<int64_t> ids;
+    std::vector<float> g;
+    for (int64_t i = 0; i < 40 * step; ++i) {  // repeats within and across pieces
+      ids.push_back((i * 7 + step) % (25 * step));
+      for (int j = 0; j < 3; ++j) g.push_back(0.01f * static_cast<float>((i + j) % 11) - 0.05f);
+    }
+    CHECK_OK(whole[0]->ApplyGradients(ids.data(), static_cast<int64_t>(ids.size()), g.data(), {0.1f, step}));
+    const int64_t half = static_cast<int64_t>(ids.size()) / 2;
+    sums.Add(ids.data(), half, g.data());
+    sums.Add(ids.data() + half, static_cast<int64_t>(ids.size()) - half, g.data() + half * 3);
+    CHECK(sums.size() <= 25 * step);
+    CHECK_OK(pieces[0]->ApplySums(sums, {0.1f, step}));
+    sums.Clear();
+    CHECK(sums.size() == 0);
+  }
+  const auto ids = Range(75);
+  CHECK(Snapshot(*whole[0], ids) == Snapshot(*pieces[0], ids));
+  RowSums wrong_dim(4);
+  CHECK(!pieces[0]->ApplySums(wrong_dim, {0.1f, 4}).ok());
+}
+
 void TestLazyFixedAllocation() {
   // 10M x 64 in one shard: nothing stored until an update.
   TableConfig c = Config(10000000, 64, 0, 1);
@@ -421,6 +451,7 @@ int main(int argc, char** argv) {
     TestInitDistributions();
     TestBadInput();
     TestDuplicatesAndLaziness();
+    TestRowSumsInPieces();
     TestLazyFixedAllocation();
     TestRecordsReadWrite();
     TestCheckpointResharding();

@@ -229,34 +229,22 @@ Status TableShard::ApplyGradients(const int64_t* ids, int64_t n, const float* gr
                              " (position " + std::to_string(k / dim) + ", column " + std::to_string(k % dim) +
                              ") is " + std::to_string(grads[k]) + "; gradients must be finite");
   }
-  // Sum the gradients of repeated ids, in the order given (as a dense
-  // np.add.at / unsorted_segment_sum over zeros would). An open-addressing
-  // table of positions (at most half full), not a node-per-id map.
-  int64_t capacity = 16;
-  while (capacity < 2 * n) capacity *= 2;
-  std::vector<int64_t> position(capacity, -1);
-  std::vector<int64_t> unique_ids;
-  std::vector<float> summed;
-  unique_ids.reserve(n);
-  summed.reserve(n * dim);
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t h = SplitMix64(static_cast<uint64_t>(ids[i])) & (capacity - 1);
-    while (position[h] >= 0 && unique_ids[position[h]] != ids[i]) h = (h + 1) & (capacity - 1);
-    const float* g = grads + i * dim;
-    if (position[h] < 0) {
-      position[h] = static_cast<int64_t>(unique_ids.size());
-      unique_ids.push_back(ids[i]);
-      summed.insert(summed.end(), g, g + dim);
-    } else {
-      float* acc = summed.data() + position[h] * dim;
-      for (int64_t j = 0; j < dim; ++j) acc[j] += g[j];
-    }
-  }
+  RowSums sums(dim);
+  sums.Add(ids, n, grads);
+  return ApplySums(sums, params);
+}
+
+Status TableShard::ApplySums(const RowSums& sums, const StepParams& params) {
+  if (sums.dim() != config_.dim)
+    return InvalidArgument(description_ + ": summed gradients of " + std::to_string(sums.dim()) +
+                           " floats per row, expected " + std::to_string(config_.dim));
+  TFX_EMB_RETURN_IF_ERROR(CheckIds(sums.ids(), sums.size()));
+  Status st = ValidateStep(config_.optimizer, params);
+  if (!st.ok()) return st.WithPrefix(description_ + ": ");
+  const int64_t dim = config_.dim;
   const ElementRule rule = MakeElementRule(config_.optimizer, ComputeStepConstants(config_.optimizer, params));
-  ForEachRecord(unique_ids.data(), static_cast<int64_t>(unique_ids.size()), /*create=*/true,
-                record_floats_ * sizeof(float), [&](int64_t u, float* record) {
-                  ApplyRow(rule, dim, summed.data() + u * dim, record);
-                });
+  ForEachRecord(sums.ids(), sums.size(), /*create=*/true, record_floats_ * sizeof(float),
+                [&](int64_t u, float* record) { ApplyRow(rule, dim, sums.sums() + u * dim, record); });
   return Status::Ok();
 }
 

@@ -40,6 +40,7 @@
 
 #include "custom_ops/embedding/core/initializer.h"
 #include "custom_ops/embedding/core/optimizers.h"
+#include "custom_ops/embedding/core/row_sums.h"
 #include "custom_ops/embedding/core/status.h"
 
 namespace tfx::embedding {
@@ -93,6 +94,9 @@ class TableShard {
   // dense Keras variable also moves rows whose gradient is 0). Every input is
   // checked (ids, finite gradients, step) before any row changes.
   Status ApplyGradients(const int64_t* ids, int64_t n, const float* grads, const StepParams& params);
+  // The same for gradients summed already (their ids are checked again; the
+  // caller checked that every gradient it added was finite).
+  Status ApplySums(const RowSums& sums, const StepParams& params);
 
   // Fixed: the number of ids this shard holds; dynamic: rows created so far.
   int64_t NumRows() const;

@@ -20,13 +20,15 @@ struct ParameterServer::Table {
   embedding::TableConfig config;  // as the workers described it, with this shard's place
   // Replaced whole by SET_OPTIMIZER; requests hold their own reference.
   std::shared_ptr<embedding::TableShard> shard;
-  // Synchronous: every worker's pushes of each open step, in arrival order.
+  // Synchronous: every worker's pushes of each open step, summed per id as
+  // they arrive (so closing the step only applies the optimizer), and a
+  // spare sum for the next step, which keeps its memory.
   struct Pending {
-    std::vector<int64_t> ids;
-    std::vector<float> grads;
+    std::unique_ptr<embedding::RowSums> sums;
     float learning_rate = 0;
   };
   std::map<int64_t, Pending> pending;  // guarded by the server's mu_
+  std::unique_ptr<embedding::RowSums> spare;  // guarded by the server's mu_
   std::mutex apply_mu;                 // asynchronous: one apply (and step count) at a time
   int64_t applies = 0;                 // Adam's step count: optimizer steps taken so far
 };
@@ -215,8 +217,10 @@ Status ParameterServer::Push(int worker, const char* payload, size_t len) {
     return InvalidArgument("worker " + std::to_string(worker) + " pushed for step " + std::to_string(step) +
                            " while its open step is " + std::to_string(closed_[worker]));
   Table::Pending& p = table->pending[step];
-  p.ids.insert(p.ids.end(), ids, ids + n);
-  p.grads.insert(p.grads.end(), grads, grads + n_grads);
+  if (p.sums == nullptr)
+    p.sums = table->spare != nullptr ? std::move(table->spare)
+                                     : std::make_unique<embedding::RowSums>(shard->config().dim);
+  p.sums->Add(ids, n, grads);  // in arrival order, as the workers' rows of one id are summed
   p.learning_rate = learning_rate;  // the same on every worker: Keras's schedule of one step
   return Status::Ok();
 }
@@ -248,10 +252,10 @@ Status ParameterServer::ApplyStep(int64_t step) {
     embedding::StepParams params;
     params.learning_rate = p.learning_rate;
     params.step = table->applies + 1;
-    // ApplyGradients sums the workers' rows of one id before the optimizer sees them.
-    TFX_EMB_RETURN_IF_ERROR(
-        table->shard->ApplyGradients(p.ids.data(), static_cast<int64_t>(p.ids.size()), p.grads.data(), params));
+    TFX_EMB_RETURN_IF_ERROR(table->shard->ApplySums(*p.sums, params));
     ++table->applies;
+    p.sums->Clear();
+    table->spare = std::move(p.sums);
     table->pending.erase(it);
   }
   return Status::Ok();

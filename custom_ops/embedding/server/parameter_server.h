@@ -4,9 +4,9 @@
 // worker that sent the request; requests of different workers run in
 // parallel, and a LOOKUP that waits for a step blocks only its own worker.
 //
-// Synchronous steps (see protocol.h): pushes of step k are kept, per table,
-// until every worker has sent STEP_DONE(k); then each table applies the sum
-// of its step-k gradients, one optimizer step per row, and the server's
+// Synchronous steps (see protocol.h): pushes of step k are summed per table
+// and id as they arrive; once every worker has sent STEP_DONE(k), each table
+// applies its step-k sums, one optimizer step per row, and the server's
 // version becomes k + 1. A LOOKUP with min_version v waits (bounded by the
 // timeout, naming the workers it waits for) until the version reaches v. No
 // request waits for another table's push, so the order in which a worker's
