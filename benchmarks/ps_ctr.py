@@ -637,7 +637,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--role", default=None)
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    parser.add_argument("--steps", type=int, default=20)
+    # 100: a window of 20 steps lasted about a second, shorter than this machine's swings of load.
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=540)
     parser.add_argument("--baselines-at", type=int, default=1_000_000,

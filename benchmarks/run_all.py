@@ -190,7 +190,11 @@ def _parameter_server_targets(runs: dict) -> list[str]:
                      f"{common.met(min(lookup['ratio_p50'], lookup['ratio_p99']) >= 10)} | "
                      f"{lookup['ratio_p50']:.1f}x (p50), {lookup['ratio_p99']:.1f}x (p99) in a tf.function"
                      + (f"; eagerly {lookup['ratio_eager_p50']:.1f}x (p50), {lookup['ratio_eager_p99']:.1f}x (p99)"
-                        if "ratio_eager_p50" in lookup else "") + " |")
+                        if "ratio_eager_p50" in lookup else "")
+                     + (f"; this machine's floor for a lookup through TensorFlow (its call + an empty round trip + "
+                        f"two copies of the rows): {lookup['machine_floor_ms']['tf_function']:.2f} ms in a "
+                        f"tf.function, {lookup['machine_floor_ms']['eager']:.2f} ms eagerly, 10x needs "
+                        f"{lookup['target_budget_ms']:.2f} ms" if "machine_floor_ms" in lookup else "") + " |")
     ctr = runs.get("ps_ctr", {}).get("result")
     if ctr and ctr.get("ratio_vs_best_baseline"):
         ratio = ctr["ratio_vs_best_baseline"]
