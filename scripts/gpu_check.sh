@@ -74,7 +74,7 @@ embedding() {
   # with the op build's flags (no -march: no FMA, as in build_ops.py).
   local core=()
   rm -f "$out"/emb_*.o "$out/embedding_gpu_test" "$out/embedding_gpu_bench"
-  for src in table optimizers initializer status; do
+  for src in table row_sums block_arena optimizers initializer status; do
     "$CXX" -std=c++17 -O3 -pthread -I. -c "custom_ops/embedding/core/$src.cc" -o "$out/emb_$src.o" &
     core+=("$out/emb_$src.o")
   done
