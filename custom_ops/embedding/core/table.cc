@@ -43,7 +43,8 @@ TableShard::TableShard(const TableConfig& config)
       table_key_(TableKey(config.seed, config.table_id, config.name)),
       num_slots_(NumSlots(config.optimizer)),
       record_floats_(config.dim * (1 + NumSlots(config.optimizer))),
-      description_(Describe(config)) {
+      description_(Describe(config)),
+      arena_(static_cast<size_t>(kBlockRows * record_floats_) * sizeof(float)) {
   if (!config_.dynamic()) {
     const int64_t rows = NumRows();
     blocks_ = std::vector<std::atomic<float*>>((rows + kBlockRows - 1) / kBlockRows);
@@ -54,11 +55,13 @@ TableShard::TableShard(const TableConfig& config)
 TableShard::~TableShard() { Clear(); }
 
 void TableShard::Clear() {
-  for (auto& b : blocks_) delete[] b.exchange(nullptr);
+  for (auto& b : blocks_) b.store(nullptr);
   num_blocks_allocated_ = 0;
   slot_of_.clear();
   id_of_slot_.clear();
   chunks_.clear();
+  std::lock_guard<std::mutex> lock(arena_mu_);
+  arena_.Release();
 }
 
 int64_t TableShard::NumRows() const {
@@ -102,18 +105,18 @@ float* TableShard::FixedRecord(int64_t local, bool create) {
   std::atomic<float*>& slot = blocks_[local / kBlockRows];
   float* block = slot.load(std::memory_order_acquire);
   if (block == nullptr && create) {
-    // Racing creators each build a block; one wins the exchange.
-    const int64_t first = (local / kBlockRows) * kBlockRows;
-    const int64_t rows = std::min(kBlockRows, NumRows() - first);
-    auto fresh = std::make_unique<float[]>(kBlockRows * record_floats_);
-    for (int64_t r = 0; r < rows; ++r)
-      InitialRecord((first + r) * config_.num_shards + config_.shard_index, fresh.get() + r * record_floats_);
-    float* expected = nullptr;
-    if (slot.compare_exchange_strong(expected, fresh.get(), std::memory_order_acq_rel)) {
-      block = fresh.release();
+    // One creator at a time (the arena is not thread safe); a racing one finds the block made.
+    std::lock_guard<std::mutex> lock(arena_mu_);
+    block = slot.load(std::memory_order_acquire);
+    if (block == nullptr) {
+      const int64_t first = (local / kBlockRows) * kBlockRows;
+      const int64_t rows = std::min(kBlockRows, NumRows() - first);
+      float* fresh = arena_.Allocate();
+      for (int64_t r = 0; r < rows; ++r)
+        InitialRecord((first + r) * config_.num_shards + config_.shard_index, fresh + r * record_floats_);
+      slot.store(fresh, std::memory_order_release);
       ++num_blocks_allocated_;
-    } else {
-      block = expected;
+      block = fresh;
     }
   }
   return block == nullptr ? nullptr : block + (local % kBlockRows) * record_floats_;
@@ -128,7 +131,10 @@ int64_t TableShard::AddRow(int64_t id) {
   const int64_t existing = FindSlot(id);
   if (existing >= 0) return existing;
   const int64_t slot = static_cast<int64_t>(id_of_slot_.size());
-  if (slot % kBlockRows == 0) chunks_.push_back(std::make_unique<float[]>(kBlockRows * record_floats_));
+  if (slot % kBlockRows == 0) {
+    std::lock_guard<std::mutex> lock(arena_mu_);
+    chunks_.push_back(arena_.Allocate());
+  }
   id_of_slot_.push_back(id);
   slot_of_.emplace(id, slot);
   InitialRecord(id, SlotRecord(slot));

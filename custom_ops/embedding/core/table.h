@@ -18,6 +18,8 @@
 //   dynamic num_rows == 0: any int64 id; a row is created (initialized) on
 //           its first lookup or update, in a hash map from id to a slot of a
 //           slab of records. Rows are never evicted (yet).
+//   blocks  both kinds' blocks of records come from one BlockArena (2 MiB
+//           huge-page slabs), freed together when the shard is cleared.
 //
 // Thread safety: every method may be called from many threads at once.
 // A shared_mutex guards the structure (the dynamic map, the slab, Replace);
@@ -38,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "custom_ops/embedding/core/block_arena.h"
 #include "custom_ops/embedding/core/initializer.h"
 #include "custom_ops/embedding/core/optimizers.h"
 #include "custom_ops/embedding/core/row_sums.h"
@@ -142,7 +145,7 @@ class TableShard {
   int64_t FindSlot(int64_t id) const;
   int64_t AddRow(int64_t id);
   float* SlotRecord(int64_t slot) const {
-    return chunks_[slot / kBlockRows].get() + (slot % kBlockRows) * record_floats_;
+    return chunks_[slot / kBlockRows] + (slot % kBlockRows) * record_floats_;
   }
   void Clear();
 
@@ -171,7 +174,11 @@ class TableShard {
   // Dynamic tables.
   std::unordered_map<int64_t, int64_t> slot_of_;
   std::vector<int64_t> id_of_slot_;
-  std::vector<std::unique_ptr<float[]>> chunks_;
+  std::vector<float*> chunks_;  // blocks of the arena
+
+  // Every block's memory (fixed and dynamic); arena_mu_ serializes its use.
+  std::mutex arena_mu_;
+  BlockArena arena_;
 };
 
 }  // namespace tfx::embedding
