@@ -3,9 +3,9 @@
 `ShardedEmbedding` sums rows by index twice: the positions' gradients per
 distinct id (every training step, on the critical path) and, with a combiner,
 each example's rows. On CPU it runs tfx_dist's `TfxSumRowsByIndex` kernel
-(`custom_ops/embedding/cc/kernels/row_kernels.cc`), which did that sum 2.5x
-faster than TensorFlow's ``scatter_nd`` (BENCHMARKS.md, "Measurements behind
-design choices"); other dtypes, and machines with a GPU (the kernel is CPU
+(`custom_ops/embedding/cc/kernels/row_kernels.cc`), which did that sum about 3x
+faster than TensorFlow's ``scatter_nd`` (benchmarks/row_sum.py; BENCHMARKS.md,
+"Measurements behind design choices"); other dtypes, and machines with a GPU (the kernel is CPU
 only), use TensorFlow's ``unsorted_segment_sum``.
 """
 

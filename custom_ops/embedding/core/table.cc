@@ -237,7 +237,8 @@ Status TableShard::ApplyGradients(const int64_t* ids, int64_t n, const float* gr
   }
   RowSums sums(dim);
   sums.Add(ids, n, grads);
-  return ApplySums(sums, params);
+  ApplySumsChecked(sums, params);
+  return Status::Ok();
 }
 
 Status TableShard::ApplySums(const RowSums& sums, const StepParams& params) {
@@ -247,11 +248,15 @@ Status TableShard::ApplySums(const RowSums& sums, const StepParams& params) {
   TFX_EMB_RETURN_IF_ERROR(CheckIds(sums.ids(), sums.size()));
   Status st = ValidateStep(config_.optimizer, params);
   if (!st.ok()) return st.WithPrefix(description_ + ": ");
+  ApplySumsChecked(sums, params);
+  return Status::Ok();
+}
+
+void TableShard::ApplySumsChecked(const RowSums& sums, const StepParams& params) {
   const int64_t dim = config_.dim;
   const ElementRule rule = MakeElementRule(config_.optimizer, ComputeStepConstants(config_.optimizer, params));
   ForEachRecord(sums.ids(), sums.size(), /*create=*/true, record_floats_ * sizeof(float),
                 [&](int64_t u, float* record) { ApplyRow(rule, dim, sums.sums() + u * dim, record); });
-  return Status::Ok();
 }
 
 Status TableShard::ReadRecord(int64_t id, float* out) const {

@@ -136,6 +136,8 @@ class TableShard {
 
   int64_t LocalRow(int64_t id) const { return id / config_.num_shards; }
   std::mutex& Stripe(int64_t index) const { return stripes_[index % kStripes].mu; }
+  // ApplySums once its input passed every check (ids, width, step).
+  void ApplySumsChecked(const RowSums& sums, const StepParams& params);
   void InitialRecord(int64_t id, float* record) const;
 
   // Fixed: the record of a local row, allocating its block when create;

@@ -1,8 +1,8 @@
 // CPU kernel of TfxSumRowsByIndex (cc/ops/row_ops.cc). It sums an embedding
 // batch's position gradients per distinct id on every training step: one pass
-// over the rows, each added into its segment's row, which TensorFlow's
-// scatter_nd and unsorted_segment_sum did 4-5x slower here (BENCHMARKS.md,
-// "Measurements behind design choices").
+// over the rows, each added into its segment's row, where TensorFlow's
+// scatter_nd and unsorted_segment_sum took about 3x as long here
+// (benchmarks/row_sum.py; BENCHMARKS.md, "Measurements behind design choices").
 #include <cstring>
 #include <string>
 
