@@ -1,0 +1,343 @@
+"""Checks the layering of the tree: no import circle in Python, no include that runs back up in C++.
+
+    python scripts/check_layers.py             # exit 1 and one line per problem
+    python scripts/check_layers.py --explain   # and the edges (file:line) behind each problem
+
+Python (static, with ``ast``; nothing is imported): an edge A -> B for every
+``import`` in a ``tfx_dist`` module A that names a ``tfx_dist`` module B. Imports
+at module level and imports inside a function (lazy: they run on the first call)
+are told apart. A circle of module-level imports breaks as soon as one of its
+modules is imported first, so it is an error. A circle closed by a lazy import
+runs, but it is the same tangle postponed, so it counts too, unless each lazy
+edge that closes it is in ``ALLOWED_LAZY_EDGES`` with its reason. Imports under
+``if TYPE_CHECKING:`` never run and are left out. ``PYTHON_CONFINED`` lists
+packages that may import only what the entry names.
+
+C++: every file under ``custom_ops/`` belongs to the layer of the longest entry
+of ``LAYERS`` that matches its path (a folder, or a file without its
+extension). A file may include its own layer and the layers below it (earlier in
+the list); an include of a later layer runs back up and is an error, named by
+file and line. A file in no layer is an error too, so that new code cannot slip
+past the check: add its folder to the table. Tests (``TEST_PATTERNS``) may
+include anything.
+
+The tables are data, here at the top: when folders move, edit them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import fnmatch
+import os
+import re
+import sys
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# --- The tables -------------------------------------------------------------
+
+# C++ layers, lowest first; paths relative to the repository root. One total
+# order across the libraries: the parameter server (embedding/server) sits on
+# the collective runtime's service.
+LAYERS = (
+    ("common", ("custom_ops/common",)),
+    # The collective runtime, bottom to top.
+    ("comm base", tuple("custom_ops/comm/core/" + name for name in (
+        "status", "deadline", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
+    ("comm transport", ("custom_ops/comm/core/transport",)),
+    ("comm collectives", ("custom_ops/comm/core/collectives",)),
+    ("comm service", ("custom_ops/comm/core/service",)),
+    # What negotiation and executors both speak: requests, responses, op traits.
+    # Today fusion/messages.*; a folder of its own once it moves.
+    ("comm vocabulary", ("custom_ops/comm/core/fusion/messages", "custom_ops/comm/core/protocol",
+                         "custom_ops/comm/core/vocabulary")),
+    ("comm timeline", ("custom_ops/comm/core/timeline",)),
+    # Negotiation (which tensors are ready everywhere, fused how): below execution.
+    ("comm negotiation", ("custom_ops/comm/core/fusion", "custom_ops/comm/core/negotiation")),
+    ("comm executors", ("custom_ops/comm/core/executors",)),
+    ("comm communicator", ("custom_ops/comm/core/communicator", "custom_ops/comm/core/options")),
+    ("comm c_api", ("custom_ops/comm/core/c_api",)),
+    # The embedding store, then the parameter server on it (and on comm's service).
+    ("embedding core", ("custom_ops/embedding/core",)),
+    ("embedding gpu", ("custom_ops/embedding/cuda",)),
+    ("embedding server", ("custom_ops/embedding/server",)),
+    ("fused_reduce", ("custom_ops/fused_reduce/core",)),
+    # TensorFlow's ops and kernels, over the C APIs.
+    ("tensorflow ops", ("custom_ops/comm/cc", "custom_ops/embedding/cc", "custom_ops/fused_reduce/cc")),
+)
+# Tests may include any layer (fnmatch patterns on the path).
+TEST_PATTERNS = ("*/tests/*", "*_test.cc", "*_test.h")
+CPP_SUFFIXES = (".h", ".cc", ".inc", ".cuh")
+
+# Python: the package checked, and packages that may import only the listed ones.
+PYTHON_PACKAGE = "tfx_dist"
+PYTHON_CONFINED = {
+    # The TensorFlow-free ground floor: resolving a cluster has no side effects.
+    "tfx_dist.cluster": ("tfx_dist.cluster", "tfx_dist.settings"),
+}
+# Lazy (function-level) imports allowed to close a circle: (importer, imported) -> reason.
+ALLOWED_LAZY_EDGES: dict[tuple[str, str], str] = {}
+
+
+# --- Python -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Edge:
+    src: str
+    dst: str
+    path: str
+    line: int
+    lazy: bool
+
+    def describe(self) -> str:
+        kind = "in a function" if self.lazy else "at module level"
+        return f"{self.src} -> {self.dst}  ({self.path}:{self.line}, {kind})"
+
+
+def python_modules(root: str) -> dict[str, str]:
+    """Module name -> path (relative to root) for every module of the package."""
+    modules = {}
+    base = os.path.join(root, PYTHON_PACKAGE)
+    for folder, dirs, files in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            rel = os.path.relpath(os.path.join(folder, name), root)
+            parts = rel[:-3].split(os.sep)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = rel
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """(node, lazy) for every import that can run: inside a function is lazy."""
+    def walk(node, lazy):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for orelse in child.orelse:
+                    yield from walk(orelse, lazy)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, lazy
+            yield from walk(child, lazy or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+    yield from walk(tree, False)
+
+
+def _targets(node, module: str, is_package: bool, modules: dict[str, str]) -> list[str]:
+    """The package's modules an import statement names."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+        return [_known(name, modules) for name in names if _known(name, modules)]
+    if node.level:
+        parts = module.split(".")
+        keep = len(parts) - node.level + (1 if is_package else 0)
+        base = ".".join(parts[:keep] + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    found = []
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        if sub in modules:
+            found.append(sub)  # `from package import module`
+        elif _known(base, modules):
+            found.append(_known(base, modules))
+    return found
+
+
+def _known(name: str, modules: dict[str, str]) -> str | None:
+    """The longest prefix of a dotted name that is one of the package's modules."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in modules:
+            return candidate
+    return None
+
+
+def import_edges(root: str) -> list[Edge]:
+    modules = python_modules(root)
+    edges = set()
+    for module, rel in modules.items():
+        with open(os.path.join(root, rel)) as f:
+            tree = ast.parse(f.read(), rel)
+        is_package = rel.endswith("__init__.py")
+        for node, lazy in _imports(tree):
+            for target in _targets(node, module, is_package, modules):
+                if target != module:
+                    edges.add(Edge(module, target, rel, node.lineno, lazy))
+    return sorted(edges, key=lambda e: (e.src, e.dst, e.line))
+
+
+def strongly_connected(nodes, edges: list[Edge]) -> list[list[str]]:
+    """Tarjan's components with more than one module (iterative: no recursion limit)."""
+    succ: dict[str, list[str]] = {n: [] for n in nodes}
+    for e in edges:
+        succ.setdefault(e.src, []).append(e.dst)
+        succ.setdefault(e.dst, [])
+    index, low, on_stack, stack, result = {}, {}, set(), [], []
+    counter = 0
+    for start in sorted(succ):
+        if start in index:
+            continue
+        work = [(start, iter(succ[start]))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(succ[child])))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        result.append(sorted(component))
+    return sorted(result)
+
+
+def _confined_package(module: str) -> str | None:
+    for package in PYTHON_CONFINED:
+        if module == package or module.startswith(package + "."):
+            return package
+    return None
+
+
+def _inside(module: str, allowed: tuple[str, ...]) -> bool:
+    return any(module == a or module.startswith(a + ".") for a in allowed)
+
+
+def check_python(root: str, explain: bool) -> list[str]:
+    edges = import_edges(root)
+    nodes = python_modules(root)
+    problems = []
+    counted = [e for e in edges if not (e.lazy and (e.src, e.dst) in ALLOWED_LAZY_EDGES)]
+    module_level = [e for e in counted if not e.lazy]
+    eager_circles = strongly_connected(nodes, module_level)
+    for component in strongly_connected(nodes, counted):
+        members = set(component)
+        inside = [e for e in counted if e.src in members and e.dst in members]
+        eager = any(set(c) <= members for c in eager_circles)
+        kind = "module-level import circle" if eager else "import circle closed by a lazy import"
+        problems.append(f"python: {kind} among {', '.join(component)}"
+                        + ("".join(f"\n    {e.describe()}" for e in inside) if explain else ""))
+    for e in edges:
+        package = _confined_package(e.src)
+        if package and not _inside(e.dst, PYTHON_CONFINED[package]):
+            problems.append(f"python: {e.path}:{e.line}: {package} may import only "
+                            f"{', '.join(PYTHON_CONFINED[package])}, not {e.dst}"
+                            + (f"\n    {e.describe()}" if explain else ""))
+    return problems
+
+
+# --- C++ --------------------------------------------------------------------
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def layer_of(path: str) -> int | None:
+    """Index in LAYERS of the longest entry matching path (a folder or a file's stem)."""
+    best, best_len = None, -1
+    stem = path.split(".")[0]
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (stem == prefix or path.startswith(prefix + "/")) and len(prefix) > best_len:
+                best, best_len = rank, len(prefix)
+    return best
+
+
+def is_test(path: str) -> bool:
+    return any(fnmatch.fnmatch(path, pattern) for pattern in TEST_PATTERNS)
+
+
+def cpp_files(root: str) -> list[str]:
+    found = []
+    for folder, dirs, files in os.walk(os.path.join(root, "custom_ops")):
+        dirs.sort()
+        found += [os.path.relpath(os.path.join(folder, f), root)
+                  for f in sorted(files) if f.endswith(CPP_SUFFIXES)]
+    return found
+
+
+def includes(root: str, path: str):
+    """(line number, included path relative to root) for each quoted include of the tree."""
+    with open(os.path.join(root, path), errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            match = INCLUDE.match(line)
+            if not match:
+                continue
+            target = match.group(1)
+            if not target.startswith("custom_ops/"):
+                local = os.path.normpath(os.path.join(os.path.dirname(path), target))
+                if not os.path.exists(os.path.join(root, local)):
+                    continue  # a header of TensorFlow, a system or a third party
+                target = local
+            yield number, target
+
+
+def check_cpp(root: str, explain: bool) -> list[str]:
+    problems = []
+    for path in cpp_files(root):
+        if is_test(path):
+            continue
+        rank = layer_of(path)
+        if rank is None:
+            problems.append(f"c++: {path}: in no layer (add its folder to LAYERS in "
+                            f"scripts/check_layers.py)")
+            continue
+        for line, target in includes(root, path):
+            target_rank = layer_of(target)
+            if target_rank is None or target_rank <= rank:
+                continue
+            problems.append(f"c++: {path}:{line}: includes {target}, which runs back up from "
+                            f"'{LAYERS[rank][0]}' to '{LAYERS[target_rank][0]}'"
+                            + (f"\n    layers: {' < '.join(n for n, _ in LAYERS[rank:target_rank + 1])}"
+                               if explain else ""))
+    return problems
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--explain", action="store_true",
+                        help="print the import edges and layers behind each problem")
+    parser.add_argument("--root", default=ROOT, help="repository root (default: this checkout)")
+    args = parser.parse_args(argv)
+    problems = check_python(args.root, args.explain) + check_cpp(args.root, args.explain)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} layering problem(s)", file=sys.stderr)
+        return 1
+    print("layers: no import circle, no include that runs back up")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
