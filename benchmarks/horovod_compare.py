@@ -234,7 +234,7 @@ def markdown(report: dict) -> str:
              "environment (`benchmarks/setup_horovod.sh`: Horovod does not build against this "
              "project's TensorFlow 2.21), side by side with tfx_dist in one run, alternated round by "
              "round with the order rotating; every process on the CPU share `tfx-dist-run` gives its "
-             "rank. Targets (issue 18): faster than Horovod at every size; fit at least 1.5x Horovod's.",
+             "rank. Targets: faster than Horovod at every size; fit at least 1.5x Horovod's.",
              ""]
     a = report.get("allreduce")
     if a:

@@ -107,8 +107,8 @@ def run_one(name: str, script: str, extra: list[str], quick: bool, timeout: floa
     except (OSError, ValueError):
         pass
     return {"script": script, "status": "ok", "wall_s": wall, "markdown": section,
-            "result": result, "command": " ".join(["python", os.path.relpath(path, common.ROOT)]
-                                                   + cmd[2:])}
+            "result": result,
+            "command": " ".join(["python", os.path.relpath(path, common.ROOT)] + cmd[2:])}
 
 
 def _relative(cmd: str) -> str:
@@ -171,10 +171,11 @@ def targets_summary(runs: dict) -> list[str]:
         systems = kf["benches"]["central"]["systems"]
         ours, theirs = systems["tfx_central"]["step_ms"], systems["tf_central"]["step_ms"]
         check = systems["tf_central"].get("dropout_check", {})
+        ours_trains = systems["tfx_central"].get("dropout_check", {}).get("ok")
         lines.append(f"| CentralStorageStrategy: step time vs TF's (no target set) | - | "
                      f"{ours:.2f} vs {theirs:.2f} ms ({theirs / ours:.2f}x); TF's with Dropout: "
                      f"{'trains' if check.get('ok') else 'fails'}, ours: "
-                     f"{'trains' if systems['tfx_central'].get('dropout_check', {}).get('ok') else 'fails'} |")
+                     f"{'trains' if ours_trains else 'fails'} |")
     lines += _cross_process_targets(runs)
     lines += horovod_targets()
     lines += _parameter_server_targets(runs)
@@ -189,12 +190,14 @@ def _parameter_server_targets(runs: dict) -> list[str]:
         lines.append(f"| PS lookup of 4096 ids, 2 servers: >= 10x lower p50/p99 than TF's PS | "
                      f"{common.met(min(lookup['ratio_p50'], lookup['ratio_p99']) >= 10)} | "
                      f"{lookup['ratio_p50']:.1f}x (p50), {lookup['ratio_p99']:.1f}x (p99) in a tf.function"
-                     + (f"; eagerly {lookup['ratio_eager_p50']:.1f}x (p50), {lookup['ratio_eager_p99']:.1f}x (p99)"
-                        if "ratio_eager_p50" in lookup else "")
-                     + (f"; this machine's floor for a lookup through TensorFlow (its call + an empty round trip + "
-                        f"two copies of the rows): {lookup['machine_floor_ms']['tf_function']:.2f} ms in a "
+                     + (f"; eagerly {lookup['ratio_eager_p50']:.1f}x (p50), "
+                        f"{lookup['ratio_eager_p99']:.1f}x (p99)" if "ratio_eager_p50" in lookup else "")
+                     + (f"; this machine's floor for a lookup through TensorFlow (its call + an empty "
+                        f"round trip + two copies of the rows): "
+                        f"{lookup['machine_floor_ms']['tf_function']:.2f} ms in a "
                         f"tf.function, {lookup['machine_floor_ms']['eager']:.2f} ms eagerly, 10x needs "
-                        f"{lookup['target_budget_ms']:.2f} ms" if "machine_floor_ms" in lookup else "") + " |")
+                        f"{lookup['target_budget_ms']:.2f} ms"
+                        if "machine_floor_ms" in lookup else "") + " |")
     ctr = runs.get("ps_ctr", {}).get("result")
     if ctr and ctr.get("ratio_vs_best_baseline"):
         ratio = ctr["ratio_vs_best_baseline"]
@@ -265,7 +268,34 @@ def git_commit() -> str | None:
         return None
 
 
-def _copied_section(name: str, default_title: str, note: list[str]) -> list[str]:
+# Sections that run_all.py does not rerun: (file in benchmarks/results/, title if the file has none,
+# the command that rewrites it, what it needs that a run of every benchmark does not give).
+COPIED_SECTIONS = (
+    ("fused_reduce_gpu.md", "## TfxFusedReduce's GPU kernel", "make gpu-check", "a GPU and nvcc"),
+    ("embedding_gpu.md", "## The embedding store's GPU kernels", "scripts/gpu_check.sh embedding",
+     "a GPU and nvcc"),
+    # Here horovod_sections(): horovod_compare's all-reduce and the newest of its fit runs.
+    ("horovod_fit_profile.md", "## Where the Horovod fit step goes",
+     "python benchmarks/horovod_fit_profile.py", "a run of its own"),
+    ("timeline_overhead.md", "## Timeline overhead", "python benchmarks/timeline_overhead.py",
+     "a run of its own"),
+    ("wire_protection.md", "## Wire protection of TCP connections",
+     "python benchmarks/wire_protection.py", "a run of its own"),
+    ("service_protection.md", "## Wire protection of the parameter-server service",
+     "python benchmarks/service_protection.py", "a run of its own"),
+    ("design_measurements.md", "## Measurements behind design choices", None, None),
+)
+# horovod_compare.py's result files: all-reduce and fit, then fit-only reruns.
+HOROVOD_RESULTS = ("horovod_compare.json", "horovod_fit_ceiling.json", "horovod_fit_cpu.json")
+
+
+def _not_rerun(command: str | None, needs: str | None) -> list[str]:
+    if command is None:
+        return []
+    return ["", f"Not rerun by `run_all.py` (it needs {needs}): `{command}` rewrites this section."]
+
+
+def _copied_section(name: str, default_title: str, command: str | None, needs: str | None) -> list[str]:
     """``benchmarks/results/<name>`` as a section of this file (its own title one level down)."""
     path = os.path.join(common.RESULTS, name)
     if not os.path.exists(path):
@@ -273,58 +303,43 @@ def _copied_section(name: str, default_title: str, note: list[str]) -> list[str]
     with open(path) as f:
         body = f.read().strip().splitlines()
     title = "#" + body[0] if body and body[0].startswith("# ") else default_title
-    return [title] + ([""] + note if note else []) + body[1:] + [""]
+    return [title] + _not_rerun(command, needs) + body[1:] + [""]
 
 
-def gpu_section() -> list[str]:
-    """The GPU kernel's last timings, which only a machine with a GPU can take."""
-    return _copied_section(
-        "fused_reduce_gpu.md", "## TfxFusedReduce's GPU kernel",
-        ["Not rerun by this command (this machine has no GPU): `make gpu-check` "
-         "(`scripts/gpu_check.sh`) on a machine with nvcc and a GPU rewrites "
-         "`benchmarks/results/fused_reduce_gpu.md`, which is copied here."])
-
-
-def embedding_gpu_section() -> list[str]:
-    """The embedding store's GPU kernels' last timings (a machine with a GPU only)."""
-    return _copied_section(
-        "embedding_gpu.md", "## The embedding store's GPU kernels",
-        ["Not rerun by this command (this machine has no GPU): `make gpu-check` "
-         "(`scripts/gpu_check.sh embedding`) on a machine with nvcc and a GPU rewrites "
-         "`benchmarks/results/embedding_gpu.md`, which is copied here."])
-
-
-def horovod_section() -> list[str]:
-    """tfx_dist.horovod against real Horovod (benchmarks/horovod_compare.py), run on its own:
-    it needs build/horovod-venv (`make horovod`)."""
-    return _copied_section(
-        "horovod_compare.md", "## tfx_dist.horovod vs Horovod",
-        ["Not rerun by this command: `python benchmarks/horovod_compare.py` (with `make horovod`'s "
-         "build/horovod-venv) rewrites `benchmarks/results/horovod_compare.md`, which is copied here."])
-
-
-def horovod_fit_sections() -> list[str]:
-    """The fit's ceiling (horovod_compare.py --skip allreduce --out ...horovod_fit_ceiling.json), its
-    CPU per step (the same with --systems ... --out ...horovod_fit_cpu.json) and where the step goes
-    (horovod_fit_profile.py), each run on its own."""
-    note = ["Not rerun by this command: the command at the end of the section rewrites the file copied here."]
-    return (_copied_section("horovod_fit_ceiling.md", "## Horovod fit: the machine's ceiling", note)
-            + _copied_section("horovod_fit_cpu.md", "## Horovod fit: CPU per step", note)
-            + _copied_section("horovod_fit_profile.md", "## Horovod fit: where the step goes", note))
+def _horovod_reports() -> list[dict]:
+    reports = []
+    for name in HOROVOD_RESULTS:
+        try:
+            with open(os.path.join(common.RESULTS, name)) as f:
+                reports.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return reports
 
 
 def _newest_fit_report() -> dict | None:
     """The newest of the Horovod fit results (horovod_compare, its ceiling and CPU reruns) with ratios."""
-    reports = []
-    for name in ("horovod_compare.json", "horovod_fit_ceiling.json", "horovod_fit_cpu.json"):
-        try:
-            with open(os.path.join(common.RESULTS, name)) as f:
-                report = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if report.get("fit", {}).get("ratio") and report.get("date"):
-            reports.append(report)
+    reports = [r for r in _horovod_reports() if r.get("fit", {}).get("ratio") and r.get("date")]
     return max(reports, key=lambda r: r["date"]) if reports else None  # "YYYY-MM-DD HH:MM UTC" sorts
+
+
+def horovod_sections() -> list[str]:
+    """tfx_dist.horovod against real Horovod: the latest all-reduce run and the latest fit run, once each
+    (horovod_compare.py renders both from their JSON)."""
+    import horovod_compare
+
+    lines = []
+    compare = next((r for r in _horovod_reports() if r.get("allreduce")), None)
+    fit = _newest_fit_report()
+    command, needs = "python benchmarks/horovod_compare.py", "`make horovod`'s build/horovod-venv"
+    if compare:
+        report = {k: v for k, v in compare.items() if k != "fit" or fit is None or fit is compare}
+        body = horovod_compare.markdown(report).strip().splitlines()
+        lines += ["#" + body[0]] + _not_rerun(command, needs) + body[1:] + [""]
+    if fit and fit is not compare:
+        body = horovod_compare.markdown({k: v for k, v in fit.items() if k != "title"}).strip().splitlines()
+        lines += ["#" + body[0]] + _not_rerun(command + " --skip allreduce", needs) + body[1:] + [""]
+    return lines
 
 
 def horovod_targets() -> list[str]:
@@ -350,39 +365,11 @@ def horovod_targets() -> list[str]:
     if ours:
         ceiling = fit.get("none_tf221_x2")
         lines.append(f"| Horovod Keras script's fit, 2 processes: >= 1.5x real Horovod's examples/s "
-                     f"(latest run, on its own, {fit_report['date']}) | {common.met(max(ours.values()) >= 1.5)} | "
+                     f"(latest run, on its own, {fit_report['date']}) | "
+                     f"{common.met(max(ours.values()) >= 1.5)} | "
                      + "; ".join(f"{s}: {r:.2f}x" for s, r in ours.items())
                      + (f"; no-communication ceiling (TF 2.21): {ceiling:.2f}x" if ceiling else "") + " |")
     return lines
-
-
-def timeline_section() -> list[str]:
-    """The timeline's cost (benchmarks/timeline_overhead.py), run on its own."""
-    return _copied_section(
-        "timeline_overhead.md", "## Timeline overhead",
-        ["Not rerun by this command: `python benchmarks/timeline_overhead.py` rewrites "
-         "`benchmarks/results/timeline_overhead.md`, which is copied here."])
-
-
-def design_section() -> list[str]:
-    """The one-off measurements behind design choices (kept by hand in benchmarks/results/)."""
-    return _copied_section("design_measurements.md", "## Measurements behind design choices", [])
-
-
-def wire_section() -> list[str]:
-    """The cost of TFX_WIRE_PROTECTION (benchmarks/wire_protection.py, run on its own)."""
-    return _copied_section(
-        "wire_protection.md", "## Wire protection of TCP connections",
-        ["Not rerun by this command: `python benchmarks/wire_protection.py` rewrites "
-         "`benchmarks/results/wire_protection.md`, which is copied here."])
-
-
-def service_wire_section() -> list[str]:
-    """The cost of TFX_WIRE_PROTECTION on the PS service (benchmarks/service_protection.py, run on its own)."""
-    return _copied_section(
-        "service_protection.md", "## Wire protection of the parameter-server service",
-        ["Not rerun by this command: `python benchmarks/service_protection.py` rewrites "
-         "`benchmarks/results/service_protection.md`, which is copied here."])
 
 
 def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
@@ -397,6 +384,7 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
         for key in ("tensorflow", "keras"):
             if key in m and key not in info:
                 info[key] = m[key]
+
     def when(r: dict) -> str | None:
         """When a section ran, where that differs from this file's own date and commit."""
         ran = (r.get("date", date), r.get("commit", commit))
@@ -433,14 +421,10 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
                 [when(r)] if when(r) else [])
             lines += [f"*Command: `{_relative(r['command'])}`"
                       + (f" ({'; '.join(facts)})" if facts else "") + ".*", ""]
-    lines += gpu_section()
-    lines += embedding_gpu_section()
-    lines += horovod_section()
-    lines += horovod_fit_sections()
-    lines += timeline_section()
-    lines += design_section()
-    lines += wire_section()
-    lines += service_wire_section()
+    lines += _copied_section(*COPIED_SECTIONS[0]) + _copied_section(*COPIED_SECTIONS[1])
+    lines += horovod_sections()
+    for section in COPIED_SECTIONS[2:]:
+        lines += _copied_section(*section)
     missing = [r["script"] for r in runs.values() if r["status"] == "missing"]
     failed = [(r["script"], r) for r in runs.values() if r["status"] not in ("ok", "missing")]
     if missing or failed:
@@ -452,6 +436,10 @@ def write_markdown(runs: dict, quick: bool, total_s: float, date: str,
                          f"(`{_relative(r['command'])}`; log in benchmarks/results/): "
                          + " / ".join(f"`{t.strip()[:200]}`" for t in tail))
         lines.append("")
+    titles = [line for line in lines if line.startswith("## ")]
+    twice = sorted({t for t in titles if titles.count(t) > 1})
+    if twice:  # one section per benchmark: its latest result (earlier ones stay in git)
+        raise SystemExit(f"BENCHMARKS.md would hold these sections twice: {twice}")
     return "\n".join(lines)
 
 
