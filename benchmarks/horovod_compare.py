@@ -1,6 +1,6 @@
 """tfx_dist.horovod against real Horovod, side by side in one run, 2 processes.
 
-Issue 18's benchmark: all-reduce latency and bandwidth from 4 KiB to 64 MiB,
+The benchmark: all-reduce latency and bandwidth from 4 KiB to 64 MiB,
 and the ``fit`` throughput of a Horovod Keras script, on real Horovod 0.28.1
 (TensorFlow 2.12, Gloo, in the virtual environment benchmarks/setup_horovod.sh
 builds: build/horovod-venv) and on tfx_dist (TensorFlow 2.21, Keras 3).

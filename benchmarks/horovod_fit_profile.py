@@ -1,4 +1,4 @@
-"""Where the Horovod Keras script's step time goes on tfx_dist (issue 18's fit target).
+"""Where the Horovod Keras script's step time goes on tfx_dist (the fit's target: 1.5x Horovod's).
 
 Runs benchmarks/horovod_fit_script.py unchanged under ``tfx-dist-run -n 2``
 (FIT_BENCH_IMPL=tfx), each rank through a wrapper that, once ``fit`` is done,

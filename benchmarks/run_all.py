@@ -62,7 +62,7 @@ BENCHMARKS = [
     ("alltoall", "alltoall.py", [], [], False),
     # Multi-worker Keras fit throughput on 1, 2 and 4 one-thread workers.
     ("multi_worker_fit", "multi_worker_fit.py", [], [], False),
-    # Parameter servers (issue 16): lookup round trip vs TF's PS; click-through throughput
+    # Parameter servers: lookup round trip vs TF's PS; click-through throughput
     # vs TF's PS and a dense Embedding under MWMS, and worker memory as the table grows.
     ("ps_lookup", "ps_lookup.py", [], [], False),
     ("ps_ctr", "ps_ctr.py", [], [], False),
@@ -183,7 +183,7 @@ def targets_summary(runs: dict) -> list[str]:
 
 
 def _parameter_server_targets(runs: dict) -> list[str]:
-    """Issue 16's targets: lookup latency, click-through throughput, flat worker memory."""
+    """The parameter servers' targets: lookup latency, click-through throughput, flat worker memory."""
     lines = []
     lookup = runs.get("ps_lookup", {}).get("result")
     if lookup:
@@ -343,7 +343,8 @@ def horovod_sections() -> list[str]:
 
 
 def horovod_targets() -> list[str]:
-    """Issue 18's targets, from benchmarks/results/horovod_compare.json when it is there."""
+    """tfx_dist.horovod's targets against real Horovod, from benchmarks/results/horovod_compare.json
+    (and the newest fit run) when it is there."""
     try:
         with open(os.path.join(common.RESULTS, "horovod_compare.json")) as f:
             report = json.load(f)

@@ -410,7 +410,7 @@ def test_a_late_failure_after_others_finished_still_fails_the_job(tmp_path):
 
 @pytest.mark.reliability
 def test_a_rank_failing_before_it_connects_stops_the_job_at_once(tmp_path, reliability):
-    """Issue 19, defect 6: rank 0 must not wait TFX_TIMEOUT_S for a peer
+    """Rank 0 must not wait TFX_TIMEOUT_S for a peer
     that is already dead; the launcher names the rank that failed."""
     worker = script(tmp_path, """
         sys.path.insert(0, %r)

@@ -34,8 +34,9 @@ def _known_violations_present():
     return found
 
 
-# The tree before issue 30's restructuring has two such problems (the tables are written for
-# the tree after it): delete this mark once the branches are merged and the tree passes.
+# The tree before the restructuring into strategies/, reduce/ and a negotiation layer below the
+# executors has two such problems (the tables are written for the tree after it): delete this
+# mark once the branches are merged and the tree passes.
 @pytest.mark.xfail(condition=_known_violations_present(), strict=True,
                    reason="cluster/ <-> comm/ import circle; fusion/ includes executors/ops.h")
 def test_the_tree_keeps_its_layers(capsys):

@@ -46,7 +46,7 @@ def test_a_deprecated_name_is_read_with_one_warning(monkeypatch):
     assert settings.get("TFX_COMM_FUSION_BYTES") == 8192
 
 
-# --- Every setting validated where it is declared (issue 19, defect 3) ------
+# --- Every setting validated where it is declared, so a bad value fails early ---
 
 _BAD = [(env, bad) for env, s in settings.SETTINGS.items() for bad in s.parse.bad]
 

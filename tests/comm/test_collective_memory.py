@@ -1,11 +1,11 @@
-"""Memory and file descriptors stay flat over thousands of collectives (issue 19, defect 1).
+"""Memory and file descriptors stay flat over thousands of collectives.
 
 Before the fix every eager call's name was a new op attribute (TensorFlow
 caches a kernel per attribute value, forever) and the runtime kept a record
 per name used. A name per call still costs that (seen: eager all-reduces of
 20 tensors with a caller's name unique per call, +133 MB over 1,000 calls,
 39 ms/call against 10 with the default name); the runtime's record was ~130
-bytes per tensor name (issue 19: numpy path 35 -> 74 MB over 3,000 calls of
+bytes per tensor name (the numpy path grew 35 -> 74 MB over 3,000 calls of
 100 tensors).
 
 Bounds: after a warm-up of CALLS/5 calls, CALLS more calls may grow RSS by
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.reliability
 # defects grew far more over these counts: ~40 MB (eager, 300 calls) and
 # ~13 MB (numpy, 1,000 calls of 100 tensor names).
 ALLOWANCE_MB = {"numpy": 3.0, "eager": 8.0, "eager_named": 8.0}
-# Keras fit (issue 19: "resident memory and open fds flat, <5% growth after
-# warm-up"): the bound is relative; the defect grew 150-300 KB per epoch, and
+# Keras fit (resident memory and open fds flat: under 5% growth after the
+# warm-up): the bound is relative; the defect grew 150-300 KB per epoch, and
 # these runs are epochs of 50 steps (30 epochs in CI, 200 in the long run).
 FIT_GROWTH = 0.05
 

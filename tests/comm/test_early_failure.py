@@ -1,5 +1,5 @@
 """Without a launcher, a rank that fails before its rendezvous finished
-stops rank 0 at once (issue 19): real processes on loopback
+stops rank 0 at once: real processes on loopback
 (early_failure_worker.py), TFX_TIMEOUT_S=60 so that waiting it out would
 fail the test. A SIGKILLed rank cannot tell anyone: rank 0 learns it at the
 timeout, and the last case records that."""

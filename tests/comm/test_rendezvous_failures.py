@@ -1,4 +1,4 @@
-"""The rendezvous says what went wrong, and says it early (issue 19, defect 6).
+"""The rendezvous says what went wrong, and says it early.
 
 Before: a rank refusing a peer's secret still waited the whole TFX_TIMEOUT_S
 (300 s by default) and then reported a timeout; a replayed handshake was

@@ -1,4 +1,4 @@
-"""Ctrl-C while a service client waits for a stuck server (issue 19).
+"""Ctrl-C while a service client waits for a stuck server.
 
 A real client process (service_worker.py, no launcher) waits in a call the
 server's handler holds for 5 s; SIGINT must end the call within a second

@@ -1,4 +1,4 @@
-"""No shared-memory segment is left in /dev/shm when ranks die (issue 19, defect 4).
+"""No shared-memory segment is left in /dev/shm when ranks die.
 
 Before: ~1 in 100 launcher kills early in a 4-worker job left a 2 MiB
 ``tfx_comm_*`` segment (a rank killed between creating its segment and the

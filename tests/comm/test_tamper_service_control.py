@@ -1,5 +1,5 @@
 """Integrity of the control connection and of the request/response service
-(parameter server) connections against a relay on the network path (issue 19).
+(parameter server) connections against a relay on the network path.
 
 The relay of test_wire_protection.py passes each authenticated handshake
 through untouched (it never learns the job secret), then changes, drops or

@@ -1,4 +1,4 @@
-"""Ctrl-C while a worker waits in a collective (issue 19, defect 5).
+"""Ctrl-C while a worker waits in a collective: it fails at once, not at TFX_TIMEOUT_S.
 
 Two plain ``python`` workers (TF_CONFIG, no launcher). The waiter enters an
 all-reduce alone (numpy, eager, tf.function, Keras fit); once it is blocked

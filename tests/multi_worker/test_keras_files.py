@@ -1,4 +1,4 @@
-"""Keras programs that write files, on real worker processes (issue 21)."""
+"""Keras programs that write files, on real worker processes."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""Kill and resume (issue 19): a 2-worker fit under tfx-dist-run with
+"""Kill and resume: a 2-worker fit under tfx-dist-run with
 tfx_dist.BackupAndRestore, one worker SIGKILLed mid-epoch (the launcher then
 kills the job), the same command run again: it resumes from the last epoch
 backed up, and with a deterministic input order its final weights equal an

@@ -1,6 +1,6 @@
 """Worker script: Ctrl-C (SIGINT) while this worker waits in a collective
-whose peer has not arrived (issue 19, defect 5). Started without the
-launcher: plain ``python`` with TF_CONFIG.
+whose peer has not arrived: it must stop at once, not at the timeout.
+Started without the launcher: plain ``python`` with TF_CONFIG.
 
 SCENARIO: ``numpy`` (Communicator.allreduce_numpy), ``eager``
 (tfx_dist.comm.ops.all_reduce), ``function`` (the same in a tf.function) or
