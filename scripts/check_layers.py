@@ -15,11 +15,12 @@ packages that may import only what the entry names.
 
 C++: every file under ``custom_ops/`` belongs to the layer of the longest entry
 of ``LAYERS`` that matches its path (a folder, or a file without its
-extension). A file may include its own layer and the layers below it (earlier in
-the list); an include of a later layer runs back up and is an error, named by
-file and line. A file in no layer is an error too, so that new code cannot slip
-past the check: add its folder to the table. Tests (``TEST_PATTERNS``) may
-include anything.
+extension, which also covers the files whose stem extends it with ``_``:
+``c_api`` covers ``c_api_inspect.cc``). A file may include its own layer and
+the layers below it (earlier in the list); an include of a later layer runs
+back up and is an error, named by file and line. A file in no layer is an
+error too, so that new code cannot slip past the check: add its folder to the
+table. Tests (``TEST_PATTERNS``) may include anything.
 
 The tables are data, here at the top: when folders move, edit them.
 """
@@ -45,10 +46,12 @@ LAYERS = (
     ("common", ("custom_ops/common",)),
     # The collective runtime, bottom to top.
     ("comm base", tuple("custom_ops/comm/core/" + name for name in (
-        "status", "deadline", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
+        "status", "deadline", "defaults", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
     ("comm transport", ("custom_ops/comm/core/transport",)),
     ("comm collectives", ("custom_ops/comm/core/collectives",)),
     ("comm service", ("custom_ops/comm/core/service",)),
+    # The one options struct, passed by reference to negotiation and executors.
+    ("comm options", ("custom_ops/comm/core/options",)),
     # What negotiation and executors both speak: requests, responses, op traits.
     # Today fusion/messages.*; a folder of its own once it moves.
     ("comm vocabulary", ("custom_ops/comm/core/fusion/messages", "custom_ops/comm/core/protocol",
@@ -57,7 +60,7 @@ LAYERS = (
     # Negotiation (which tensors are ready everywhere, fused how): below execution.
     ("comm negotiation", ("custom_ops/comm/core/fusion", "custom_ops/comm/core/negotiation")),
     ("comm executors", ("custom_ops/comm/core/executors",)),
-    ("comm communicator", ("custom_ops/comm/core/communicator", "custom_ops/comm/core/options")),
+    ("comm communicator", ("custom_ops/comm/core/communicator",)),
     ("comm c_api", ("custom_ops/comm/core/c_api",)),
     # The embedding store, then the parameter server on it (and on comm's service).
     ("embedding core", ("custom_ops/embedding/core",)),
@@ -67,8 +70,8 @@ LAYERS = (
     # TensorFlow's ops and kernels, over the C APIs.
     ("tensorflow ops", ("custom_ops/comm/cc", "custom_ops/embedding/cc", "custom_ops/fused_reduce/cc")),
 )
-# Tests may include any layer (fnmatch patterns on the path).
-TEST_PATTERNS = ("*/tests/*", "*_test.cc", "*_test.h")
+# Tests and their helpers may include any layer (fnmatch patterns on the path).
+TEST_PATTERNS = ("*/tests/*", "*_test.cc", "*_test.h", "custom_ops/testing/*")
 CPP_SUFFIXES = (".h", ".cc", ".inc", ".cuh")
 
 # Python: the package checked, and packages that may import only the listed ones.
@@ -223,6 +226,36 @@ def strongly_connected(nodes, edges: list[Edge]) -> list[list[str]]:
     return sorted(result)
 
 
+def shortest_circles(edges: list[Edge], members: set[str], limit: int = 10) -> list[list[Edge]]:
+    """For each edge inside a component, the shortest circle through it (each circle once)."""
+    inside = [e for e in edges if e.src in members and e.dst in members]
+    succ: dict[str, list[Edge]] = {}
+    for e in inside:
+        succ.setdefault(e.src, []).append(e)
+    circles, seen = [], set()
+    for first in inside:
+        back = {first.dst: None}  # breadth-first from first.dst back to first.src
+        queue = [first.dst]
+        while queue and first.src not in back:
+            node = queue.pop(0)
+            for e in succ.get(node, []):
+                if e.dst not in back:
+                    back[e.dst] = e
+                    queue.append(e.dst)
+        if first.src not in back:
+            continue
+        path, node = [], first.src
+        while back[node] is not None:
+            path.append(back[node])
+            node = back[node].src
+        circle = [first] + path[::-1] if first.src != first.dst else [first]
+        key = frozenset((e.src, e.dst) for e in circle)
+        if key not in seen:
+            seen.add(key)
+            circles.append(circle)
+    return sorted(circles, key=len)[:limit]
+
+
 def _confined_package(module: str) -> str | None:
     for package in PYTHON_CONFINED:
         if module == package or module.startswith(package + "."):
@@ -243,11 +276,14 @@ def check_python(root: str, explain: bool) -> list[str]:
     eager_circles = strongly_connected(nodes, module_level)
     for component in strongly_connected(nodes, counted):
         members = set(component)
-        inside = [e for e in counted if e.src in members and e.dst in members]
         eager = any(set(c) <= members for c in eager_circles)
         kind = "module-level import circle" if eager else "import circle closed by a lazy import"
-        problems.append(f"python: {kind} among {', '.join(component)}"
-                        + ("".join(f"\n    {e.describe()}" for e in inside) if explain else ""))
+        text = f"python: {kind} among {', '.join(component)}"
+        if explain:
+            for circle in shortest_circles(counted, members):
+                text += "\n  circle: " + " -> ".join([circle[0].src] + [e.dst for e in circle])
+                text += "".join(f"\n    {e.describe()}" for e in circle)
+        problems.append(text)
     for e in edges:
         package = _confined_package(e.src)
         if package and not _inside(e.dst, PYTHON_CONFINED[package]):
@@ -262,13 +298,18 @@ def check_python(root: str, explain: bool) -> list[str]:
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
-def layer_of(path: str) -> int | None:
-    """Index in LAYERS of the longest entry matching path (a folder or a file's stem)."""
-    best, best_len = None, -1
+def _matches(path: str, prefix: str) -> bool:
+    """A folder's files, or a file's stem and the stems that extend it (c_api -> c_api_inspect.cc)."""
     stem = path.split(".")[0]
+    return path.startswith(prefix + "/") or stem == prefix or stem.startswith(prefix + "_")
+
+
+def layer_of(path: str) -> int | None:
+    """Index in LAYERS of the longest entry matching path."""
+    best, best_len = None, -1
     for rank, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (stem == prefix or path.startswith(prefix + "/")) and len(prefix) > best_len:
+            if _matches(path, prefix) and len(prefix) > best_len:
                 best, best_len = rank, len(prefix)
     return best
 

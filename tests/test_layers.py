@@ -108,6 +108,7 @@ def test_an_include_up_a_layer_is_named_by_file_and_line(tmp_path, monkeypatch):
         "custom_ops/lib/low/b.h": '#include "tensorflow/core/x.h"\n\n#include "custom_ops/lib/top.h"\n',
         "custom_ops/lib/top.h": '#include "custom_ops/lib/low/a.h"\n',
         "custom_ops/lib/high/c.cc": '#include "custom_ops/lib/low/a.h"\n',
+        "custom_ops/lib/top_parts.cc": '#include "custom_ops/lib/top.h"\n',  # a stem extending top
         "custom_ops/lib/tests/c_test.cc": '#include "custom_ops/lib/top.h"\n',
         "custom_ops/lib/stray.cc": "",
     })
