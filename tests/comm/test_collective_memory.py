@@ -26,7 +26,7 @@ pytestmark = pytest.mark.reliability
 # ~13 MB (numpy, 1,000 calls of 100 tensor names).
 ALLOWANCE_MB = {"numpy": 3.0, "eager": 8.0, "eager_named": 8.0}
 # Keras fit (resident memory and open fds flat: under 5% growth after the
-# warm-up): the bound is relative; the defect grew 150-300 KB per epoch, and
+# warm-up): the bound is relative; the leak grew 150-300 KB per epoch, and
 # these runs are epochs of 50 steps (30 epochs in CI, 200 in the long run).
 FIT_GROWTH = 0.05
 
