@@ -12,7 +12,8 @@ import functools
 
 import numpy as np
 
-from tfx_dist import _native, errors
+from tfx_dist import _native as native
+from tfx_dist import errors
 
 DONE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p)
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
@@ -34,8 +35,8 @@ STATUS = {"OK": (0, errors.OK), "INVALID_ARGUMENT": (1, errors.INVALID_ARGUMENT)
           "INTERRUPTED": (8, errors.CANCELLED)}
 _CANONICAL = {library: canonical for library, canonical in STATUS.values()}
 _LIBRARY = {canonical: library for library, canonical in STATUS.values()}
-ERR_LEN = _native.ERR_LEN
-error_buffer = _native.error_buffer
+ERR_LEN = native.ERR_LEN
+error_buffer = native.error_buffer
 
 
 def canonical_code(code: int) -> int:
@@ -56,7 +57,7 @@ def call(fn, *args, family: errors.ErrorFamily) -> None:
         code = canonical_code(code)
         return KeyboardInterrupt(message) if code == errors.CANCELLED else family.error(code, message)
 
-    _native.call(fn, *args, raise_as=error)
+    native.call(fn, *args, raise_as=error)
 
 
 def _abi_names() -> dict:
@@ -78,7 +79,7 @@ def check_abi(so) -> None:
     """Raises OpLibraryError unless ``so`` has every code and struct size of this module."""
     ours = _abi_names()
     theirs = {name: so.tfx_comm_abi_value(name.encode()) for name in ours}
-    _native.check_abi(f"collective runtime {so._name}", "tfx_dist/comm/_native.py", ours, theirs)
+    native.check_abi(f"collective runtime {so._name}", "tfx_dist/comm/_native.py", ours, theirs)
 
 
 class Options(ctypes.Structure):
@@ -152,7 +153,7 @@ _SIGNATURES = {
 
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
-    so = _native.load("libtfx_comm", "collective runtime", _SIGNATURES)
+    so = native.load("libtfx_comm", "collective runtime", _SIGNATURES)
     check_abi(so)
     return so
 

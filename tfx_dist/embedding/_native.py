@@ -6,11 +6,12 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from tfx_dist import _native, errors
+from tfx_dist import _native as native
+from tfx_dist import errors
 
 # Keep in step with c_api.h (TFX_EMB_ABI_VERSION and the structs); checked on load.
 ABI_VERSION = 2
-ERR_LEN = _native.ERR_LEN
+ERR_LEN = native.ERR_LEN
 
 INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}
 OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3}
@@ -101,17 +102,17 @@ def check_abi(so: ctypes.CDLL, path: str) -> None:
     ours = {"ABI version": ABI_VERSION, "sizeof(tfx_emb_optimizer)": ctypes.sizeof(OptimizerConfig),
             "sizeof(tfx_emb_table_config)": ctypes.sizeof(TableConfig),
             "sizeof(tfx_emb_table_info)": ctypes.sizeof(TableInfo)}
-    _native.check_abi(f"embedding store {path}", "tfx_dist/embedding/_native.py", ours,
-                      _native.abi_array(so.tfx_emb_abi, list(ours)))
+    native.check_abi(f"embedding store {path}", "tfx_dist/embedding/_native.py", ours,
+                     native.abi_array(so.tfx_emb_abi, list(ours)))
 
 
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
-    so = _native.load("libtfx_embedding", "embedding store", _SIGNATURES)
+    so = native.load("libtfx_embedding", "embedding store", _SIGNATURES)
     check_abi(so, so._name)
     return so
 
 
 def call(fn, *args) -> None:
     """Calls a libtfx_embedding function with an error buffer; a failure raises the store's error."""
-    _native.call(fn, *args, raise_as=STORE_ERRORS.error)
+    native.call(fn, *args, raise_as=STORE_ERRORS.error)

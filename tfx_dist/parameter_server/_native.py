@@ -10,13 +10,14 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from tfx_dist import _native, errors
+from tfx_dist import _native as native
+from tfx_dist import errors
 from tfx_dist.embedding import _native as store
 
 _i64_p = ctypes.POINTER(ctypes.c_int64)
 _f32_p = ctypes.POINTER(ctypes.c_float)
 _err = [ctypes.c_char_p, ctypes.c_int32]
-ERR_LEN = _native.ERR_LEN
+ERR_LEN = native.ERR_LEN
 
 _SIGNATURES = {
     "tfx_ps_serve": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
@@ -43,7 +44,7 @@ _SIGNATURES = {
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
     so = store.lib()
-    _native.declare(so, _SIGNATURES)
+    native.declare(so, _SIGNATURES)
     return so
 
 
@@ -57,7 +58,7 @@ PS_ERRORS = errors.ErrorFamily(ParameterServerError)
 
 def call(fn, *args) -> None:
     """Calls a parameter-server C function with an error buffer; a failure raises ParameterServerError."""
-    _native.call(fn, *args, raise_as=PS_ERRORS.error)
+    native.call(fn, *args, raise_as=PS_ERRORS.error)
 
 
 def check(code: int, err) -> None:
@@ -66,4 +67,4 @@ def check(code: int, err) -> None:
         raise PS_ERRORS.error(code, err.value)
 
 
-error_buffer = _native.error_buffer
+error_buffer = native.error_buffer
