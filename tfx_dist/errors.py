@@ -136,9 +136,11 @@ def error_class(code: int) -> type[TfxError]:
 
 def error_from_code(code: int, message: bytes | str) -> TfxError:
     """The exception of a failure with canonical ``code`` (not OK) and ``message``."""
-    if isinstance(message, bytes):
-        message = message.decode("utf-8", "replace")
-    return error_class(code)(message, code)
+    return error_class(code)(_text(message), code)
+
+
+def _text(message: bytes | str) -> str:
+    return message.decode("utf-8", "replace") if isinstance(message, bytes) else message
 
 
 class ErrorFamily:
@@ -169,9 +171,7 @@ class ErrorFamily:
 
     def error(self, code: int, message: bytes | str) -> TfxError:
         """The exception of a failure of this part with canonical ``code``."""
-        if isinstance(message, bytes):
-            message = message.decode("utf-8", "replace")
-        return self.error_class(code)(message, code)
+        return self.error_class(code)(_text(message), code)
 
 
 _FAMILIES: dict[type, ErrorFamily] = {}
