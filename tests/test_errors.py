@@ -24,7 +24,7 @@ def test_each_code_has_the_class_that_says_what_went_wrong():
 def test_collective_errors_keep_their_names_and_gain_their_codes_classes():
     from tfx_dist import comm
     from tfx_dist.comm import _native
-    from tfx_dist.comm.communicator import COLLECTIVE_ERRORS
+    from tfx_dist.comm.collective_errors import COLLECTIVE_ERRORS
 
     timeout = COLLECTIVE_ERRORS.error(errors.DEADLINE_EXCEEDED, "rank 1 timed out")
     assert type(timeout) is comm.CollectiveTimeoutError

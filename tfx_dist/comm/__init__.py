@@ -11,12 +11,15 @@ tfx_dist launcher sets ``TFX_JOB_SECRET``)::
 
 Inside TensorFlow programs use `tfx_dist.comm.ops` (asynchronous TF kernels
 over the same communicator, passed by ``comm.handle``). The class lives in
-``communicator.py``; its failures are ``CollectiveError``s, each also an
-instance of the ``tfx_dist.errors`` class of its code.
+``communicator.py``; its failures are ``CollectiveError``s
+(``collective_errors.py``), each also an instance of the ``tfx_dist.errors``
+class of its code.
 """
 
-from tfx_dist.comm.communicator import (CollectiveArgumentError, CollectiveError, CollectiveMismatchError,
-                                        CollectiveTimeoutError, Communicator, PeerConnectionError)
+from tfx_dist.comm.collective_errors import (CollectiveArgumentError, CollectiveError,
+                                             CollectiveMismatchError, CollectiveTimeoutError,
+                                             PeerConnectionError)
+from tfx_dist.comm.communicator import Communicator
 from tfx_dist.comm.rendezvous import RendezvousError
 
 __all__ = ["Communicator", "CollectiveError", "CollectiveArgumentError", "CollectiveTimeoutError",

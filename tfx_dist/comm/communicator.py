@@ -1,5 +1,5 @@
 """The collective communicator of one process (``tfx_dist.comm.Communicator``,
-example in ``tfx_dist.comm``) and the errors of its collectives."""
+example in ``tfx_dist.comm``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 
 from tfx_dist import errors, settings
 from tfx_dist.comm import _native, early_failure, entries, interrupts, naming
+from tfx_dist.comm.collective_errors import COLLECTIVE_ERRORS
 from tfx_dist.cluster.shm_segments import sweep_dead_segments
 from tfx_dist.comm import timeline as _timeline
 from tfx_dist.comm.rendezvous import RendezvousError, connect_all
@@ -22,32 +23,6 @@ _NO_SECRET = (
     "and none was given. Set the environment variable TFX_JOB_SECRET to the same random value in "
     "every process of the job, e.g. `export TFX_JOB_SECRET=$(python -c 'import secrets; "
     "print(secrets.token_hex(32))')`, or pass secret=...; the tfx-dist-run launcher sets it for you.")
-
-
-class CollectiveError(errors.TfxError):
-    """A collective failed; the message names this rank, the peer and the operation.
-    Also an instance of the class of its code (e.g. ``tfx_dist.errors.AbortedError``)."""
-
-
-class CollectiveArgumentError(CollectiveError, errors.InvalidArgumentError):
-    """This rank's request is invalid (e.g. all-to-all splits that do not sum
-    to the first dimension); raised before any negotiation, on this rank only."""
-
-
-class CollectiveTimeoutError(CollectiveError, errors.DeadlineExceededError):
-    """A peer did not take part in time (``TFX_TIMEOUT_S``)."""
-
-
-class PeerConnectionError(CollectiveError, errors.UnavailableError):
-    """A peer was lost: it closed its connection or died."""
-
-
-class CollectiveMismatchError(CollectiveError, errors.MismatchError):
-    """The ranks disagree on what to reduce (names, shapes, dtypes, ...)."""
-
-
-COLLECTIVE_ERRORS = errors.ErrorFamily(CollectiveError, CollectiveArgumentError, CollectiveTimeoutError,
-                                       PeerConnectionError, CollectiveMismatchError)
 
 
 class Communicator:
