@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 
 import numpy as np
 
-from tfx_dist import _ops
+from tfx_dist import _native as native
+from tfx_dist import errors
 
 DONE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p)
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
@@ -25,9 +25,39 @@ COMPRESSIONS = {"none": 0, "float16": 1, "bfloat16": 2}
 DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "int64": 6, "uint8": 7}
 HIERARCHICAL = {"off": 0, "on": 1, "auto": 2}
 WIRE_PROTECTION = {"none": 0, "integrity": 1, "encrypt": 2}
-STATUS = {"OK": 0, "INVALID_ARGUMENT": 1, "TIMEOUT": 2, "CONNECTION_CLOSED": 3, "PROTOCOL": 4,
-          "MISMATCH": 5, "INTERNAL": 6, "ABORTED": 7, "INTERRUPTED": 8}
-ERR_LEN = 4096
+# c_api.h's outcome codes: TFX_STATUS_<name> -> (the library's value, the canonical code it means).
+# The runtime still numbers them its own way; once its C API returns the canonical codes, each
+# name becomes TensorFlow's and both values are the canonical code.
+STATUS = {"OK": (0, errors.OK), "INVALID_ARGUMENT": (1, errors.INVALID_ARGUMENT),
+          "TIMEOUT": (2, errors.DEADLINE_EXCEEDED), "CONNECTION_CLOSED": (3, errors.UNAVAILABLE),
+          "PROTOCOL": (4, errors.DATA_LOSS), "MISMATCH": (5, errors.FAILED_PRECONDITION),
+          "INTERNAL": (6, errors.INTERNAL), "ABORTED": (7, errors.ABORTED),
+          "INTERRUPTED": (8, errors.CANCELLED)}
+_CANONICAL = {library: canonical for library, canonical in STATUS.values()}
+_LIBRARY = {canonical: library for library, canonical in STATUS.values()}
+ERR_LEN = native.ERR_LEN
+error_buffer = native.error_buffer
+
+
+def canonical_code(code: int) -> int:
+    """The canonical code (tfx_dist.errors) of an outcome code of libtfx_comm."""
+    return _CANONICAL.get(code, errors.UNKNOWN)
+
+
+def library_code(code: int) -> int:
+    """libtfx_comm's outcome code for a canonical one (INTERNAL where it has none)."""
+    return _LIBRARY.get(code, _LIBRARY[errors.INTERNAL])
+
+
+def call(fn, *args, family: errors.ErrorFamily) -> None:
+    """``tfx_dist._native.call`` of a libtfx_comm function: a failure raises ``family``'s error
+    for its canonical code, or KeyboardInterrupt for a call Ctrl-C ended while it waited
+    (the caller then takes ``interrupts.take_message()``, so that Python's handler need not raise)."""
+    def error(code: int, message: str) -> BaseException:
+        code = canonical_code(code)
+        return KeyboardInterrupt(message) if code == errors.CANCELLED else family.error(code, message)
+
+    native.call(fn, *args, raise_as=error)
 
 
 def _abi_names() -> dict:
@@ -39,7 +69,7 @@ def _abi_names() -> dict:
     names.update({f"TFX_REDUCE_{k.upper()}": v for k, v in REDUCTIONS.items()})
     names.update({f"TFX_COMPRESSION_{k.upper()}": v for k, v in COMPRESSIONS.items()})
     names.update({f"TFX_DTYPE_{k.upper()}": v for k, v in DTYPES.items()})
-    names.update({f"TFX_STATUS_{k}": v for k, v in STATUS.items()})
+    names.update({f"TFX_STATUS_{k}": library for k, (library, _) in STATUS.items()})
     names.update({f"TFX_HIERARCHICAL_{k.upper()}": v for k, v in HIERARCHICAL.items()})
     names.update({f"TFX_WIRE_{k.upper()}": v for k, v in WIRE_PROTECTION.items()})
     return names
@@ -47,14 +77,9 @@ def _abi_names() -> dict:
 
 def check_abi(so) -> None:
     """Raises OpLibraryError unless ``so`` has every code and struct size of this module."""
-    so.tfx_comm_abi_value.restype = ctypes.c_int64
-    so.tfx_comm_abi_value.argtypes = [ctypes.c_char_p]
-    wrong = [f"{name}: library {so.tfx_comm_abi_value(name.encode())}, Python {value}"
-             for name, value in _abi_names().items() if so.tfx_comm_abi_value(name.encode()) != value]
-    if wrong:
-        raise _ops.OpLibraryError(
-            f"tfx_dist's collective runtime {so._name} does not match tfx_dist/comm/_native.py "
-            f"({'; '.join(wrong)}): it was built from other sources. {_ops._REBUILD}")
+    ours = _abi_names()
+    theirs = {name: so.tfx_comm_abi_value(name.encode()) for name in ours}
+    native.check_abi(f"collective runtime {so._name}", "tfx_dist/comm/_native.py", ours, theirs)
 
 
 class Options(ctypes.Structure):
@@ -104,41 +129,32 @@ def dtype_code(dtype) -> int:
     return code
 
 
+_SIGNATURES = {
+    "tfx_comm_abi_value": (ctypes.c_int64, [ctypes.c_char_p]),
+    "tfx_comm_create": (ctypes.c_int64, [ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),
+                                         ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
+                                         ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_int32]),
+    "tfx_comm_destroy": (ctypes.c_int32, [ctypes.c_int64]),
+    "tfx_comm_transport": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32]),
+    "tfx_comm_run": (ctypes.c_int32, [ctypes.c_int64, ctypes.POINTER(Entry), ctypes.c_int32,
+                                      ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
+                                      ctypes.c_char_p, ctypes.c_int32]),
+    "tfx_comm_free": (None, [ctypes.c_void_p]),
+    "tfx_comm_timeline": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32, ctypes.c_char_p,
+                                           ctypes.c_int32]),
+    "tfx_comm_size": (ctypes.c_int32, [ctypes.c_int64]),
+    "tfx_comm_allreduce_algorithm": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]),
+    "tfx_comm_stats": (ctypes.c_int32, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]),
+    "tfx_comm_default_options": (Options, []),
+    "tfx_comm_install_interrupt_hook": (ctypes.c_int32, []),
+    "tfx_comm_take_interrupt_message": (ctypes.c_int32, [ctypes.c_char_p, ctypes.c_int32]),
+}
+
+
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
-    path = _ops.library_path("libtfx_comm")
-    if not os.path.exists(path):
-        raise _ops.OpLibraryError(f"tfx_dist's collective runtime {path} is missing. {_ops._REBUILD}")
-    so = ctypes.CDLL(path)
-    try:
-        check_abi(so)
-    except AttributeError:  # a library from before the check existed
-        raise _ops.OpLibraryError(f"tfx_dist's collective runtime {path} has no tfx_comm_abi_value: "
-                                  f"it was built from older sources. {_ops._REBUILD}") from None
-    so.tfx_comm_create.restype = ctypes.c_int64
-    so.tfx_comm_create.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),
-                                   ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
-                                   ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_comm_destroy.argtypes = [ctypes.c_int64]
-    so.tfx_comm_transport.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_comm_run.restype = ctypes.c_int32
-    so.tfx_comm_run.argtypes = [ctypes.c_int64, ctypes.POINTER(Entry), ctypes.c_int32,
-                                ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
-                                ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_comm_free.argtypes = [ctypes.c_void_p]
-    so.tfx_comm_timeline.restype = ctypes.c_int32
-    so.tfx_comm_timeline.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32, ctypes.c_char_p,
-                                     ctypes.c_int32]
-    so.tfx_comm_size.restype = ctypes.c_int32
-    so.tfx_comm_size.argtypes = [ctypes.c_int64]
-    so.tfx_comm_allreduce_algorithm.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_comm_stats.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
-    so.tfx_comm_default_options.restype = Options
-    so.tfx_comm_default_options.argtypes = []
-    so.tfx_comm_install_interrupt_hook.restype = ctypes.c_int32
-    so.tfx_comm_install_interrupt_hook.argtypes = []
-    so.tfx_comm_take_interrupt_message.restype = ctypes.c_int32
-    so.tfx_comm_take_interrupt_message.argtypes = [ctypes.c_char_p, ctypes.c_int32]
+    so = native.load("libtfx_comm", "collective runtime", _SIGNATURES)
+    check_abi(so)
     return so
 
 

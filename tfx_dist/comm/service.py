@@ -28,20 +28,17 @@ import ctypes
 import functools
 import threading
 
-from tfx_dist import settings
+from tfx_dist import _native as native
+from tfx_dist import errors, settings
 from tfx_dist.comm import _native, interrupts
 from tfx_dist.comm.rendezvous import connect_service
 
-ERR_LEN = 4096
 ABI_VERSION = 3
 
 HANDLER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_void_p)
 LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p)
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
-
-# tfx::comm::Code
-OK, INVALID_ARGUMENT, TIMEOUT, CONNECTION_CLOSED, PROTOCOL, MISMATCH, INTERNAL, ABORTED, INTERRUPTED = range(9)
 
 
 class Options(ctypes.Structure):
@@ -58,59 +55,54 @@ class Request(ctypes.Structure):
                 ("code", ctypes.c_int32), ("reply_bytes", ctypes.c_int64), ("reply", ctypes.c_void_p)]
 
 
-class ServiceError(RuntimeError):
-    """A request or the service failed; ``code`` is the runtime's status code."""
-
-    def __init__(self, message: str, code: int = INTERNAL):
-        super().__init__(message)
-        self.code = code
+_CREATE_ARGS = [ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
+                ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_int32]
 
 
-class ServiceTimeoutError(ServiceError, TimeoutError):
+class ServiceError(errors.TfxError):
+    """A request or the service failed; ``code`` is its canonical code (``tfx_dist.errors``),
+    and the error is also an instance of that code's class."""
+
+
+class ServiceTimeoutError(ServiceError, errors.DeadlineExceededError):
     pass
 
 
-class ServiceConnectionError(ServiceError, ConnectionError):
+class ServiceConnectionError(ServiceError, errors.UnavailableError):
     pass
 
 
-def _error(code: int, message: bytes | str) -> ServiceError:
-    if isinstance(message, bytes):
-        message = message.decode("utf-8", "replace")
-    cls = {TIMEOUT: ServiceTimeoutError, CONNECTION_CLOSED: ServiceConnectionError}.get(code, ServiceError)
-    return cls(message, code)
+SERVICE_ERRORS = errors.ErrorFamily(ServiceError, ServiceTimeoutError, ServiceConnectionError)
+
+_SIGNATURES = {
+    "tfx_service_abi": (ctypes.c_int32, [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]),
+    "tfx_service_server_create": (ctypes.c_int64, _CREATE_ARGS),
+    "tfx_service_client_create": (ctypes.c_int64, _CREATE_ARGS),
+    "tfx_service_server_serve": (ctypes.c_int32, [ctypes.c_int64, HANDLER_FN, ctypes.c_void_p, LOST_FN,
+                                                  ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32]),
+    "tfx_service_server_stop": (ctypes.c_int32, [ctypes.c_int64]),
+    "tfx_service_server_destroy": (ctypes.c_int32, [ctypes.c_int64]),
+    "tfx_service_client_call": (ctypes.c_int32, [ctypes.c_int64, ctypes.POINTER(Request), ctypes.c_int32,
+                                                 ctypes.c_char_p, ctypes.c_int32]),
+    "tfx_service_client_close": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]),
+    "tfx_service_client_destroy": (ctypes.c_int32, [ctypes.c_int64]),
+    "tfx_service_transport": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p,
+                                               ctypes.c_int32]),
+    "tfx_service_free": (None, [ctypes.c_void_p]),
+    "tfx_service_reply_alloc": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int64]),
+    "tfx_service_reply_fail": (None, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p]),
+}
 
 
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
     """libtfx_comm with the service's signatures, checked against its ABI."""
     so = _native.lib()
-    so.tfx_service_abi.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
-    abi = (ctypes.c_int64 * 4)()
-    so.tfx_service_abi(abi, 4)
-    want = [ABI_VERSION, ctypes.sizeof(Options), ctypes.sizeof(Request), 32]
-    if list(abi) != want:
-        raise ImportError(f"tfx_dist's libtfx_comm service ABI is {list(abi)} (version, sizes), these "
-                          f"bindings expect {want}: rebuild with `python build_ops.py`")
-    create_args = [ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32),
-                   ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_service_server_create.restype = ctypes.c_int64
-    so.tfx_service_server_create.argtypes = create_args
-    so.tfx_service_client_create.restype = ctypes.c_int64
-    so.tfx_service_client_create.argtypes = create_args
-    so.tfx_service_server_serve.argtypes = [ctypes.c_int64, HANDLER_FN, ctypes.c_void_p, LOST_FN, ctypes.c_void_p,
-                                            ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_service_server_stop.argtypes = [ctypes.c_int64]
-    so.tfx_service_server_destroy.argtypes = [ctypes.c_int64]
-    so.tfx_service_client_call.argtypes = [ctypes.c_int64, ctypes.POINTER(Request), ctypes.c_int32,
-                                           ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_service_client_close.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_service_client_destroy.argtypes = [ctypes.c_int64]
-    so.tfx_service_transport.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32]
-    so.tfx_service_free.argtypes = [ctypes.c_void_p]
-    so.tfx_service_reply_alloc.restype = ctypes.c_void_p
-    so.tfx_service_reply_alloc.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-    so.tfx_service_reply_fail.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p]
+    native.declare(so, _SIGNATURES)
+    ours = {"version": ABI_VERSION, "sizeof(tfx_service_options)": ctypes.sizeof(Options),
+            "sizeof(tfx_service_request)": ctypes.sizeof(Request), "sizeof(FrameHeader)": 32}
+    native.check_abi(f"service in {so._name}", "tfx_dist/comm/service.py", ours,
+                     native.abi_array(so.tfx_service_abi, list(ours)))
     return so
 
 
@@ -143,12 +135,12 @@ def _protect(options: Options, keys: list[bytes]) -> None:
 def _create(fn, fds, same_host, labels, options) -> int:
     n = len(fds)
     names = (ctypes.c_char_p * max(1, n))(*[label.encode() for label in labels])
-    err = ctypes.create_string_buffer(ERR_LEN)
+    err = native.error_buffer()
     handle = fn(n, _native.int_array(ctypes.c_int32, fds),
                 _native.int_array(ctypes.c_int32, [int(s) for s in same_host]), names,
-                ctypes.byref(options), err, ERR_LEN)
+                ctypes.byref(options), err, native.ERR_LEN)
     if handle == 0:
-        raise _error(CONNECTION_CLOSED, err.value)
+        raise SERVICE_ERRORS.error(errors.UNAVAILABLE, err.value)
     return int(handle)
 
 
@@ -192,8 +184,9 @@ class ServiceServer(_Endpoint):
         ``handler(client, kind, payload: bytes) -> bytes`` runs on that
         client's thread (with the GIL, so Python handlers do not run in
         parallel; native ones do). An exception becomes the request's error:
-        ``ServiceError.code`` if it has one, else INVALID_ARGUMENT for
-        ValueError/KeyError/IndexError and INTERNAL otherwise.
+        its canonical ``code`` if it has one (a ``tfx_dist.errors`` class),
+        else INVALID_ARGUMENT for ValueError/KeyError/IndexError and INTERNAL
+        otherwise.
         """
         so = lib()
 
@@ -205,17 +198,17 @@ class ServiceServer(_Endpoint):
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
                 code = getattr(e, "code", None)
                 if not isinstance(code, int) or code <= 0:
-                    code = INVALID_ARGUMENT if isinstance(e, (ValueError, KeyError, IndexError)) else INTERNAL
-                so.tfx_service_reply_fail(reply, code, f"{type(e).__name__}: {e}".encode())
+                    bad_input = isinstance(e, (ValueError, KeyError, IndexError))
+                    code = errors.INVALID_ARGUMENT if bad_input else errors.INTERNAL
+                message = f"{type(e).__name__}: {e}".encode()
+                so.tfx_service_reply_fail(reply, _native.library_code(code), message)
 
         def on_lost(_arg, client, code, message):
-            self.lost.append((client, code, message.decode("utf-8", "replace")))
+            self.lost.append((client, _native.canonical_code(code), message.decode("utf-8", "replace")))
 
         handler_fn, lost_fn = HANDLER_FN(on_request), LOST_FN(on_lost)
-        err = ctypes.create_string_buffer(ERR_LEN)
-        code = so.tfx_service_server_serve(self.handle, handler_fn, None, lost_fn, None, err, ERR_LEN)
-        if code != 0:
-            raise _error(code, err.value)
+        _native.call(so.tfx_service_server_serve, self.handle, handler_fn, None, lost_fn, None,
+                     family=SERVICE_ERRORS)
 
     def stop(self) -> None:
         """Thread-safe: a running ``serve`` tells the clients and raises (ABORTED)."""
@@ -262,27 +255,25 @@ class ServiceClient(_Endpoint):
             keep.append(buf)
             r.server, r.kind, r.payload_bytes = server, kind, len(payload)
             r.payload = ctypes.addressof(buf) if buf is not None else None
-        err = ctypes.create_string_buffer(ERR_LEN)
-        code = so.tfx_service_client_call(self.handle, reqs, len(requests), err, ERR_LEN)
-        replies = []
-        for r in reqs[:len(requests)]:
-            replies.append(ctypes.string_at(r.reply, r.reply_bytes) if r.reply else b"")
-            if r.reply:
-                so.tfx_service_free(r.reply)
-        if code == INTERRUPTED:  # Ctrl-C while waiting: raised here, Python's handler need not
+        try:
+            _native.call(so.tfx_service_client_call, self.handle, reqs, len(requests), family=SERVICE_ERRORS)
+        except KeyboardInterrupt:  # Ctrl-C while waiting: raised here, Python's handler need not
             interrupts.take_message()
-            raise KeyboardInterrupt(err.value.decode("utf-8", "replace"))
-        if code != 0:
-            raise _error(code, err.value)
+            raise
+        finally:
+            replies = []
+            for r in reqs[:len(requests)]:
+                replies.append(ctypes.string_at(r.reply, r.reply_bytes) if r.reply else b"")
+                if r.reply:
+                    so.tfx_service_free(r.reply)
         return replies
 
     def close(self) -> None:
         """Says GOODBYE to every server and releases the client."""
         if not self.handle:
             return
-        err = ctypes.create_string_buffer(ERR_LEN)
-        code = lib().tfx_service_client_close(self.handle, err, ERR_LEN)
-        lib().tfx_service_client_destroy(self.handle)
-        self.handle = 0
-        if code != 0:
-            raise _error(code, err.value)
+        try:
+            _native.call(lib().tfx_service_client_close, self.handle, family=SERVICE_ERRORS)
+        finally:
+            lib().tfx_service_client_destroy(self.handle)
+            self.handle = 0

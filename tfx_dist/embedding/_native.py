@@ -1,16 +1,17 @@
-"""ctypes bindings of libtfx_embedding's C API (custom_ops/embedding/core/c_api.h)."""
+"""ctypes bindings of libtfx_embedding's C API (custom_ops/embedding/core/c_api.h),
+and the errors of the embedding store."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import os
 
-from tfx_dist import _ops
+from tfx_dist import _native as native
+from tfx_dist import errors
 
 # Keep in step with c_api.h (TFX_EMB_ABI_VERSION and the structs); checked on load.
 ABI_VERSION = 2
-ERR_LEN = 4096
+ERR_LEN = native.ERR_LEN
 
 INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}
 OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3}
@@ -18,6 +19,35 @@ OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3}
 _i64_p = ctypes.POINTER(ctypes.c_int64)
 _f32_p = ctypes.POINTER(ctypes.c_float)
 _err = [ctypes.c_char_p, ctypes.c_int32]
+
+
+class EmbeddingStoreError(errors.TfxError):
+    """An error of the embedding store; ``code`` is its canonical code, and the error is
+    also an instance of that code's class in ``tfx_dist.errors``."""
+
+
+class InvalidArgumentError(EmbeddingStoreError, errors.InvalidArgumentError):
+    pass
+
+
+class NotFoundError(EmbeddingStoreError, errors.NotFoundError):
+    pass
+
+
+class FailedPreconditionError(EmbeddingStoreError, errors.FailedPreconditionError):
+    pass
+
+
+class OutOfRangeError(EmbeddingStoreError, errors.OutOfRangeError):
+    pass
+
+
+class DataLossError(EmbeddingStoreError, errors.DataLossError):
+    """A checkpoint file is truncated or corrupt."""
+
+
+STORE_ERRORS = errors.ErrorFamily(EmbeddingStoreError, InvalidArgumentError, NotFoundError,
+                                  FailedPreconditionError, OutOfRangeError, DataLossError)
 
 
 class OptimizerConfig(ctypes.Structure):
@@ -46,7 +76,8 @@ class TableInfo(ctypes.Structure):
                 ("stored_rows", ctypes.c_int64)]
 
 
-_SIGNATURES = {
+# Every function returns a status code (0 = OK).
+_ARGTYPES = {
     "tfx_emb_abi": [_i64_p, ctypes.c_int32],
     "tfx_emb_create": [ctypes.POINTER(TableConfig), _i64_p] + _err,
     "tfx_emb_destroy": [ctypes.c_int64] + _err,
@@ -63,30 +94,25 @@ _SIGNATURES = {
     "tfx_emb_shard_of": [_i64_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
                          ctypes.POINTER(ctypes.c_int32)] + _err,
 }
+_SIGNATURES = {name: (ctypes.c_int32, argtypes) for name, argtypes in _ARGTYPES.items()}
 
 
 def check_abi(so: ctypes.CDLL, path: str) -> None:
     """Raises OpLibraryError unless the library's structs are the ones declared here."""
-    values = (ctypes.c_int64 * 4)()
-    so.tfx_emb_abi(values, 4)
-    theirs = tuple(values)
-    ours = (ABI_VERSION, ctypes.sizeof(OptimizerConfig), ctypes.sizeof(TableConfig),
-            ctypes.sizeof(TableInfo))
-    if theirs != ours:
-        raise _ops.OpLibraryError(
-            f"{path} does not match tfx_dist/embedding/_native.py: it reports ABI version and "
-            f"struct sizes {theirs}, the binding expects {ours}. {_ops._REBUILD}")
+    ours = {"ABI version": ABI_VERSION, "sizeof(tfx_emb_optimizer)": ctypes.sizeof(OptimizerConfig),
+            "sizeof(tfx_emb_table_config)": ctypes.sizeof(TableConfig),
+            "sizeof(tfx_emb_table_info)": ctypes.sizeof(TableInfo)}
+    native.check_abi(f"embedding store {path}", "tfx_dist/embedding/_native.py", ours,
+                     native.abi_array(so.tfx_emb_abi, list(ours)))
 
 
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
-    path = _ops.library_path("libtfx_embedding")
-    if not os.path.exists(path):
-        raise _ops.OpLibraryError(f"tfx_dist's embedding store {path} is missing. {_ops._REBUILD}")
-    so = ctypes.CDLL(path)
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(so, name)
-        fn.restype = ctypes.c_int32
-        fn.argtypes = argtypes
-    check_abi(so, path)
+    so = native.load("libtfx_embedding", "embedding store", _SIGNATURES)
+    check_abi(so, so._name)
     return so
+
+
+def call(fn, *args) -> None:
+    """Calls a libtfx_embedding function with an error buffer; a failure raises the store's error."""
+    native.call(fn, *args, raise_as=STORE_ERRORS.error)

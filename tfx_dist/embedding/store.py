@@ -27,47 +27,10 @@ from typing import Sequence, Union
 import numpy as np
 
 from tfx_dist.embedding import _native
-
-
-class EmbeddingStoreError(Exception):
-    """An error of the embedding store; ``code`` is its status code (c_api.h)."""
-
-    code = 13
-
-
-class InvalidArgumentError(EmbeddingStoreError, ValueError):
-    code = 3
-
-
-class NotFoundError(EmbeddingStoreError, LookupError):
-    code = 5
-
-
-class FailedPreconditionError(EmbeddingStoreError):
-    code = 9
-
-
-class OutOfRangeError(EmbeddingStoreError, IndexError):
-    code = 11
-
-
-class DataLossError(EmbeddingStoreError):
-    """A checkpoint file is truncated or corrupt."""
-
-    code = 15
-
-
-_ERRORS = {cls.code: cls for cls in (InvalidArgumentError, NotFoundError, FailedPreconditionError,
-                                     OutOfRangeError, DataLossError)}
-
-
-def _check(code: int, err) -> None:
-    if code != 0:
-        raise _ERRORS.get(code, EmbeddingStoreError)(err.value.decode(errors="replace"))
-
-
-def _err():
-    return ctypes.create_string_buffer(_native.ERR_LEN)
+# The store's errors, defined beside the binding that raises them; importable from here as before.
+from tfx_dist.embedding._native import (DataLossError, EmbeddingStoreError,  # noqa: F401
+                                        FailedPreconditionError, InvalidArgumentError, NotFoundError,
+                                        OutOfRangeError)
 
 
 # Initializers (Keras's names and defaults; values are deterministic per row,
@@ -265,10 +228,8 @@ def shard_of(ids, num_shards: int, dynamic: bool) -> np.ndarray:
     ``splitmix64(id) % num_shards`` for dynamic ones (see custom_ops/embedding/README.md)."""
     ids = _ids(ids)
     out = np.empty(len(ids), np.int32)
-    err = _err()
-    _check(_native.lib().tfx_emb_shard_of(_ptr(ids, ctypes.c_int64), len(ids), num_shards,
-                                          int(dynamic), _ptr(out, ctypes.c_int32), err,
-                                          _native.ERR_LEN), err)
+    _native.call(_native.lib().tfx_emb_shard_of, _ptr(ids, ctypes.c_int64), len(ids), num_shards,
+                 int(dynamic), _ptr(out, ctypes.c_int32))
     return out
 
 
@@ -301,10 +262,9 @@ class TableShard:
             raise ValueError(f"Expected num_rows > 0, or None for a dynamic table. "
                              f"Received: num_rows={num_rows}")
         config = table_config(dim, num_rows, shard_index, num_shards, name, table_id, seed,
-                               _initializer(initializer), optimizer)
-        handle, err = ctypes.c_int64(0), _err()
-        _check(self._lib.tfx_emb_create(ctypes.byref(config), ctypes.byref(handle), err,
-                                        _native.ERR_LEN), err)
+                              _initializer(initializer), optimizer)
+        handle = ctypes.c_int64(0)
+        _native.call(self._lib.tfx_emb_create, ctypes.byref(config), ctypes.byref(handle))
         self._handle = handle.value
         self.name, self.dim, self.dynamic = name, dim, num_rows is None
         self.shard_index, self.num_shards = shard_index, num_shards
@@ -312,8 +272,8 @@ class TableShard:
         self.num_slots, self.record_floats = info.num_slots, info.record_floats
 
     def _info(self) -> _native.TableInfo:
-        info, err = _native.TableInfo(), _err()
-        _check(self._lib.tfx_emb_info(self._handle, ctypes.byref(info), err, _native.ERR_LEN), err)
+        info = _native.TableInfo()
+        _native.call(self._lib.tfx_emb_info, self._handle, ctypes.byref(info))
         return info
 
     @property
@@ -330,9 +290,8 @@ class TableShard:
         """The rows of ``ids`` (1-D ints), as a (len(ids), dim) float32 array."""
         ids = _ids(ids)
         out = np.empty((len(ids), self.dim), np.float32)
-        err = _err()
-        _check(self._lib.tfx_emb_lookup(self._handle, _ptr(ids, ctypes.c_int64), len(ids),
-                                        _ptr(out, ctypes.c_float), err, _native.ERR_LEN), err)
+        _native.call(self._lib.tfx_emb_lookup, self._handle, _ptr(ids, ctypes.c_int64), len(ids),
+                     _ptr(out, ctypes.c_float))
         return out
 
     def apply_gradients(self, ids, grads, learning_rate: float, step: int = 1) -> None:
@@ -350,10 +309,8 @@ class TableShard:
         if grads.dtype.kind != "f":
             raise TypeError(f"Expected float gradients. Received: dtype={grads.dtype}")
         grads = np.ascontiguousarray(grads, dtype=np.float32)
-        err = _err()
-        _check(self._lib.tfx_emb_apply(self._handle, _ptr(ids, ctypes.c_int64), len(ids),
-                                       _ptr(grads, ctypes.c_float), float(learning_rate), int(step),
-                                       err, _native.ERR_LEN), err)
+        _native.call(self._lib.tfx_emb_apply, self._handle, _ptr(ids, ctypes.c_int64), len(ids),
+                     _ptr(grads, ctypes.c_float), float(learning_rate), int(step))
 
     @property
     def handle(self) -> int:
@@ -363,28 +320,23 @@ class TableShard:
     def set_optimizer(self, optimizer: Optimizer) -> None:
         """Trains the shard with ``optimizer`` from now on: stored rows keep their
         values, their slots restart from the new optimizer's initial values."""
-        err = _err()
-        _check(self._lib.tfx_emb_set_optimizer(self._handle, ctypes.byref(optimizer_config(optimizer)),
-                                               err, _native.ERR_LEN), err)
+        _native.call(self._lib.tfx_emb_set_optimizer, self._handle, ctypes.byref(optimizer_config(optimizer)))
         info = self._info()
         self.num_slots, self.record_floats = info.num_slots, info.record_floats
 
     def read_record(self, row_id: int) -> np.ndarray:
         """Row ``row_id``'s record, shape (1 + num_slots, dim): its value, then each slot."""
         out = np.empty((1 + self.num_slots, self.dim), np.float32)
-        err = _err()
-        _check(self._lib.tfx_emb_read_record(self._handle, int(row_id), _ptr(out, ctypes.c_float),
-                                             out.size, err, _native.ERR_LEN), err)
+        _native.call(self._lib.tfx_emb_read_record, self._handle, int(row_id), _ptr(out, ctypes.c_float),
+                     out.size)
         return out
 
     def read_records(self, ids) -> np.ndarray:
         """The records of ``ids`` (ids this shard holds), shape (len(ids), 1 + num_slots, dim)."""
         ids = _ids(ids)
         out = np.empty((len(ids), 1 + self.num_slots, self.dim), np.float32)
-        err = _err()
-        _check(self._lib.tfx_emb_read_records(self._handle, _ptr(ids, ctypes.c_int64), len(ids),
-                                              _ptr(out, ctypes.c_float), out.size, err,
-                                              _native.ERR_LEN), err)
+        _native.call(self._lib.tfx_emb_read_records, self._handle, _ptr(ids, ctypes.c_int64), len(ids),
+                     _ptr(out, ctypes.c_float), out.size)
         return out
 
     def write_records(self, ids, records) -> None:
@@ -396,23 +348,19 @@ class TableShard:
             raise ValueError(f"Expected records of shape ({len(ids)}, {1 + self.num_slots}, "
                              f"{self.dim}) for table '{self.name}'. Received: shape={records.shape}")
         records = np.ascontiguousarray(records, dtype=np.float32)
-        err = _err()
-        _check(self._lib.tfx_emb_write_records(self._handle, _ptr(ids, ctypes.c_int64), len(ids),
-                                               _ptr(records, ctypes.c_float), records.size, err,
-                                               _native.ERR_LEN), err)
+        _native.call(self._lib.tfx_emb_write_records, self._handle, _ptr(ids, ctypes.c_int64), len(ids),
+                     _ptr(records, ctypes.c_float), records.size)
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes this shard's rows and slots to ``path`` (format: custom_ops/embedding/README.md)."""
-        err = _err()
-        _check(self._lib.tfx_emb_save(self._handle, os.fsencode(path), err, _native.ERR_LEN), err)
+        _native.call(self._lib.tfx_emb_save, self._handle, os.fsencode(path))
 
     def restore(self, paths: Sequence[str | os.PathLike]) -> None:
         """Replaces the rows with this shard's share of the files written by every
         shard of a job (any number of shards). A bad file leaves the table unchanged."""
         encoded = [os.fsencode(p) for p in paths]
         array = (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
-        err = _err()
-        _check(self._lib.tfx_emb_restore(self._handle, array, len(encoded), err, _native.ERR_LEN), err)
+        _native.call(self._lib.tfx_emb_restore, self._handle, array, len(encoded))
 
     def close(self) -> None:
         if self._handle:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import ctypes
 import functools
 
+from tfx_dist import _native as native
+from tfx_dist import errors
 from tfx_dist.embedding import _native as store
 
 _i64_p = ctypes.POINTER(ctypes.c_int64)
 _f32_p = ctypes.POINTER(ctypes.c_float)
 _err = [ctypes.c_char_p, ctypes.c_int32]
-ERR_LEN = store.ERR_LEN
+ERR_LEN = native.ERR_LEN
 
 _SIGNATURES = {
     "tfx_ps_serve": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
@@ -25,7 +27,8 @@ _SIGNATURES = {
     "tfx_ps_create_table": (ctypes.c_int32, [ctypes.c_int64, ctypes.POINTER(store.TableConfig)] + _err),
     "tfx_ps_set_optimizer": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64,
                                               ctypes.POINTER(store.OptimizerConfig)] + _err),
-    "tfx_ps_lookup": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p] + _err),
+    "tfx_ps_lookup": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, _i64_p, ctypes.c_int64,
+                                       _f32_p] + _err),
     "tfx_ps_push": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p,
                                      ctypes.c_float] + _err),
     "tfx_ps_step_done": (ctypes.c_int32, [ctypes.c_int64] + _err),
@@ -41,20 +44,27 @@ _SIGNATURES = {
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
     so = store.lib()
-    for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(so, name)
-        fn.restype, fn.argtypes = restype, argtypes
+    native.declare(so, _SIGNATURES)
     return so
 
 
-class ParameterServerError(RuntimeError):
-    """A parameter-server request failed; the message names the server, table and worker."""
+class ParameterServerError(errors.TfxError):
+    """A parameter-server request failed; the message names the server, table and worker.
+    Also an instance of the ``tfx_dist.errors`` class of its code (e.g. UnavailableError)."""
+
+
+PS_ERRORS = errors.ErrorFamily(ParameterServerError)
+
+
+def call(fn, *args) -> None:
+    """Calls a parameter-server C function with an error buffer; a failure raises ParameterServerError."""
+    native.call(fn, *args, raise_as=PS_ERRORS.error)
 
 
 def check(code: int, err) -> None:
+    """Raises the ParameterServerError of a call made with ``err = error_buffer()`` that returned ``code``."""
     if code != 0:
-        raise ParameterServerError(err.value.decode("utf-8", "replace"))
+        raise PS_ERRORS.error(code, err.value)
 
 
-def error_buffer():
-    return ctypes.create_string_buffer(ERR_LEN)
+error_buffer = native.error_buffer
