@@ -34,8 +34,9 @@ from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
 from tfx_dist.hybrid import exchange, keras_files
-from tfx_dist.layers import embedding_tables
 from tfx_dist.parameter_server import table_checkpoint
+from tfx_dist.tables import gradients, protocol
+from tfx_dist.tables.placement import Placement
 
 # TensorFlow's convention for a non-chief worker's checkpoint folder (tfx_dist.checkpointing).
 _WORKER_TEMP = re.compile(r"^workertemp_\d+$")
@@ -66,6 +67,7 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         if num_workers > 1 and communicator is None:
             raise ValueError("A table sharded over several workers needs their communicator.")
         self.name = layer.name
+        self.placement = Placement.ON_WORKERS
         self.input_dim = layer.input_dim
         self.dim = layer.output_dim
         self.table_id = table_id
@@ -86,7 +88,7 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         # for the table there. Its own value never changes.
         self.anchor = layer.add_weight(shape=(), initializer="zeros", name="hybrid_anchor",
                                        trainable=True)
-        self.anchor._tfx_hybrid_table = self
+        protocol.mark_anchor(self.anchor, self)
 
     # -- lookups and gradients -----------------------------------------------------------------
 
@@ -140,8 +142,8 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
 
     def lookup(self, unique_ids):
         """The rows of distinct ids; differentiable (the gradient reaches the anchor)."""
-        return embedding_tables.anchored_lookup(self.anchor, unique_ids, self._rows,
-                                                tf.constant([self.input_dim, self.dim], tf.int64))
+        return gradients.anchored_lookup(self.anchor, unique_ids, self._rows,
+                                         tf.constant([self.input_dim, self.dim], tf.int64))
 
     def set_optimizer(self, optimizer) -> None:
         """Makes the shard train with the store's copy of a Keras optimizer (once per optimizer)."""

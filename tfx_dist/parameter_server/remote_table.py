@@ -13,13 +13,14 @@ Checkpoints: the table is a `Trackable` that `tf.train.Checkpoint` (and
 `tf.train.CheckpointManager`) saves like a variable, through TensorFlow's
 saveable API (``_serialize_to_tensors`` / ``_restore_from_tensors``). What it
 serializes is small: the prefix of the files its servers write (each server
-its own shard, in parallel; see `table_checkpoint`), the optimizer rule
-whose slots they hold and the servers' step count of that optimizer. On save, the chief asks the servers to write (the
-other workers, which save to temporary folders, record the prefix only); on
-restore, every worker asks them to read (idempotent: each server replaces its
-rows with the same ones). Being an ordinary saveable, it is restored when the
-checkpoint is restored after the model is built, and also later, when a
-model built after ``restore()`` creates the table (deferred restoration).
+its own shard, in parallel; see `table_checkpoint`), the optimizer rule whose
+slots they hold and the servers' step count of that optimizer. On save, the
+chief asks the servers to write (the other workers, which save to temporary
+folders, record the prefix only); on restore, every worker asks them to read
+(idempotent: each server replaces its rows with the same ones). Being an
+ordinary saveable, it is restored when the checkpoint is restored after the
+model is built, and also later, when a model built after ``restore()`` creates
+the table (deferred restoration).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
 from tfx_dist.parameter_server import _native, keras_files, table_checkpoint
+from tfx_dist.tables import protocol
+from tfx_dist.tables.placement import Placement
 
 # A dense shape for the anchor's gradient: the rows it names are ids, not
 # positions in a variable of that size (dynamic tables have no size).
@@ -65,8 +68,9 @@ class RemoteTable(tfc.trackable_base.Trackable):
 
     def __init__(self, layer, client_id: int, table_id: int, is_chief=lambda: True):
         self.name = layer.name
+        self.placement = Placement.ON_SERVERS
         self.input_dim = layer.input_dim
-        self._is_chief = is_chief
+        self.is_chief = is_chief
         self.dim = layer.output_dim
         self.table_id = table_id
         self._client_id = client_id
@@ -77,17 +81,18 @@ class RemoteTable(tfc.trackable_base.Trackable):
             initializer = store.initializer_from_keras(layer.embeddings_initializer)
         except ValueError as e:
             raise ValueError(f"ShardedEmbedding '{layer.name}': {e}") from None
-        seed = layer.embeddings_initializer.get_config().get("seed") or 0
+        self.seed = seed = layer.embeddings_initializer.get_config().get("seed") or 0
+        self.initializer = initializer
         # Shard fields are the servers' to fill; the optimizer comes when known.
         config = store.table_config(layer.output_dim, layer.input_dim, 0, 1, layer.name, table_id, seed,
                                     initializer, store.SGD())
         err = _native.error_buffer()
         _native.check(_native.lib().tfx_ps_create_table(client_id, ctypes.byref(config), err,
-                                                         _native.ERR_LEN), err)
+                                                        _native.ERR_LEN), err)
         # Keras trains what it finds in trainable_weights: the anchor is the
         # table's stand-in there. Its own value never changes.
         self.anchor = layer.add_weight(shape=(), initializer="zeros", name="ps_anchor", trainable=True)
-        self.anchor._tfx_ps_table = self
+        protocol.mark_anchor(self.anchor, self)
 
     def lookup(self, unique_ids):
         """The rows of distinct int64 ids: one ``TfxPsTableLookup`` op, differentiable.
@@ -140,11 +145,11 @@ class RemoteTable(tfc.trackable_base.Trackable):
         return self._optimizer
 
     def save_to_keras_store(self, store) -> None:
-        """Keras's ``save_own_variables``: the servers write their shards beside the file."""
+        """Keras's ``save_own_variables``: the rows and slots into the chief's file (`keras_files`)."""
         keras_files.save(self, store)
 
     def load_from_keras_store(self, store) -> None:
-        """Keras's ``load_own_variables``: the servers read the shards beside the file."""
+        """Keras's ``load_own_variables``: a file of any placement onto the servers (`keras_files`)."""
         keras_files.load(self, store)
 
     def save(self, prefix: str) -> int:
@@ -177,7 +182,7 @@ class RemoteTable(tfc.trackable_base.Trackable):
         prefix, applies = "", 0
         if checkpoint_prefix is not None:
             prefix = table_checkpoint.table_prefix(checkpoint_prefix, self.name, self.table_id)
-            if self._is_chief():
+            if self.is_chief():
                 applies = self.save(prefix)
         with tf.device("/cpu:0"):
             return {"shard_prefix": tf.constant(prefix), "applies": tf.constant(applies, tf.int64),
