@@ -9,7 +9,7 @@ TorchRec does. With this strategy, on every worker of a ``TF_CONFIG`` job:
 * a `tfx_dist.layers.ShardedEmbedding` table is *sharded*: worker ``r`` of
   ``N`` holds rows ``id % N == r`` in its in-process embedding store, with the
   store's copy of the Keras optimizer; lookups and gradient rows travel by
-  all-to-all (`tfx_dist.hybrid.worker_table`);
+  all-to-all (`tfx_dist.tables.on_workers`);
 * or, if it is small, *replicated*: a plain mirrored variable whose gradient
   is all-reduced (`tfx_dist.hybrid.placement`: ``TFX_HYBRID_SHARD_MIN_BYTES``,
   overridden per layer by ``ShardedEmbedding(..., placement=...)``);
@@ -28,7 +28,7 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
 from tfx_dist import settings
 from tfx_dist.hybrid import placement as placement_lib
-from tfx_dist.hybrid.worker_table import WorkerShardedTable, apply_together
+from tfx_dist.tables.on_workers import WorkerShardedTable, apply_together
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import server

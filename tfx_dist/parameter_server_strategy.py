@@ -32,13 +32,14 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
+from tfx_dist import layers as _layers  # noqa: F401 (registers ShardedEmbedding: load_model finds it)
 from tfx_dist.comm.service import ServiceClient
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import _native, server
 from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib
-from tfx_dist.parameter_server.remote_table import RemoteTable
+from tfx_dist.tables.on_servers import RemoteTable
 from tfx_dist.tables import gradients as table_gradients
 from tfx_dist.tables.protocol import TableHost
 

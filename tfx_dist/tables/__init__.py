@@ -4,9 +4,9 @@
 servers). `protocol`: what a table offers its layer and what a strategy offers
 to tables (`TableHost`). `gradients`: the one route of a table's gradient
 (through an anchor variable). `keras_file`: the one format of a table in
-Keras's files, independent of placement. `local`: the table in a Keras
-variable; the other placements' tables are `tfx_dist.parameter_server.remote_table`
-(on servers) and `tfx_dist.hybrid.worker_table` (on workers).
+Keras's files, independent of placement. The tables, one per placement:
+`local` (a Keras variable: local or replicated), `on_workers` (sharded over the
+workers, exchanged by all-to-all), `on_servers` (on the parameter servers).
 """
 
 from tfx_dist.tables.placement import Placement
