@@ -9,7 +9,7 @@ TorchRec does. With this strategy, on every worker of a ``TF_CONFIG`` job:
 * a `tfx_dist.layers.ShardedEmbedding` table is *sharded*: worker ``r`` of
   ``N`` holds rows ``id % N == r`` in its in-process embedding store, with the
   store's copy of the Keras optimizer; lookups and gradient rows travel by
-  all-to-all (`tfx_dist.hybrid.worker_table`);
+  all-to-all (`tfx_dist.tables.on_workers`);
 * or, if it is small, *replicated*: a plain mirrored variable whose gradient
   is all-reduced (`tfx_dist.hybrid.placement`: ``TFX_HYBRID_SHARD_MIN_BYTES``,
   overridden per layer by ``ShardedEmbedding(..., placement=...)``);
@@ -28,16 +28,18 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
 from tfx_dist import settings
 from tfx_dist.hybrid import placement as placement_lib
-from tfx_dist.hybrid.worker_table import WorkerShardedTable, apply_together
-from tfx_dist.layers import embedding_tables
-from tfx_dist.layers.embedding_tables import LocalTable
+from tfx_dist.tables.on_workers import WorkerShardedTable, apply_together
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import server
 from tfx_dist.parameter_server_strategy import ParameterServerExtended, run_step_on_servers
+from tfx_dist.tables import gradients as table_gradients
+from tfx_dist.tables.local import LocalTable
+from tfx_dist.tables.placement import Placement
+from tfx_dist.tables.protocol import TableHost
 
 
-class HybridExtended(MultiWorkerMirroredExtended):
+class HybridExtended(MultiWorkerMirroredExtended, TableHost):
     """The multi-worker extended, plus tables sharded over the workers."""
 
     def __init__(self, container_strategy, shard_min_bytes=None, **kwargs):
@@ -48,9 +50,8 @@ class HybridExtended(MultiWorkerMirroredExtended):
 
     def create_embedding_table(self, layer):
         """The table of a `ShardedEmbedding` (called when the layer is built)."""
-        where = placement_lib.choose(layer, self._shard_min_bytes)
-        if where == placement_lib.REPLICATED:
-            return LocalTable(layer)
+        if placement_lib.choose(layer, self._shard_min_bytes) == Placement.REPLICATED:
+            return LocalTable(layer, Placement.REPLICATED)
         if len(self.worker_devices) > 1:
             raise ValueError(
                 f"ShardedEmbedding '{layer.name}': HybridStrategy shards tables over workers of "
@@ -74,8 +75,7 @@ class HybridExtended(MultiWorkerMirroredExtended):
         the ring. The owners apply the store's copy of ``optimizer`` with its
         step count (Keras's ``iterations + 1``).
         """
-        tables, rest_grads, rest_vars = embedding_tables.split_table_gradients(
-            grads, variables, "_tfx_hybrid_table")
+        tables, rest_grads, rest_vars = table_gradients.split_table_gradients(grads, variables)
         step = tf.cast(optimizer.iterations, tf.int64) + 1
         for table, _ in tables:
             table.set_optimizer(optimizer)

@@ -32,19 +32,21 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
+from tfx_dist import layers as _layers  # noqa: F401 (registers ShardedEmbedding: load_model finds it)
 from tfx_dist.comm.service import ServiceClient
-from tfx_dist.layers import embedding_tables
 from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import _native, server
 from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib
-from tfx_dist.parameter_server.remote_table import RemoteTable
+from tfx_dist.tables.on_servers import RemoteTable
+from tfx_dist.tables import gradients as table_gradients
+from tfx_dist.tables.protocol import TableHost
 
 _MODES = ("sync", "async")
 
 
-class ParameterServerExtended(MultiWorkerMirroredExtended):
+class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost):
     """The multi-worker extended, plus the tables' client and their gradients' route."""
 
     def __init__(self, container_strategy, info, mode, dense_placement="workers", **kwargs):
@@ -87,8 +89,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended):
         Called by Keras's optimizer in each replica, before it all-reduces
         gradients: a table's rows are summed by the servers, not the workers.
         """
-        tables, rest_grads, rest_vars = embedding_tables.split_table_gradients(
-            grads, variables, "_tfx_ps_table")
+        tables, rest_grads, rest_vars = table_gradients.split_table_gradients(grads, variables)
         for table, grad in tables:
             table.set_optimizer(optimizer)
             op = table.push(grad, learning_rate)

@@ -62,7 +62,7 @@ def test_saves_write_one_complete_file_with_the_whole_tables(jobs):
     # (the other worker's temporary files are gone).
     assert jobs["listing"] == ["backup", "m.keras", "mc.keras", "table_ckpt", "w.weights.h5"]
     with h5py.File(jobs["folder"] / "w.weights.h5", "r") as f:
-        rows = np.asarray(f["layers/sharded_embedding/vars/tfx_hybrid_records"][:, 0])
+        rows = np.asarray(f["layers/sharded_embedding/vars/tfx_table_records"][:, 0])
     # Row id at index id (global-id order): the lookups of ids 0..39.
     # (a lookup's mean of 3 copies of a row rounds in the last bit)
     np.testing.assert_allclose(rows, chief["final"]["lookups"]["items"], rtol=1e-6, atol=1e-8)

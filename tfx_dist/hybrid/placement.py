@@ -11,7 +11,9 @@ a layer's ``placement=`` argument overrides it.
 from __future__ import annotations
 
 from tfx_dist import settings
+from tfx_dist.tables.placement import LAYER_ARGUMENTS, Placement
 
+# The layer's argument values (kept: earlier callers compare with them).
 SHARDED, REPLICATED = "sharded", "replicated"
 
 
@@ -19,15 +21,15 @@ def table_bytes(layer) -> int:
     return int(layer.input_dim) * int(layer.output_dim) * 4
 
 
-def choose(layer, shard_min_bytes: int | None = None) -> str:
-    """``"sharded"`` or ``"replicated"`` for ``layer`` (a `ShardedEmbedding`)."""
+def choose(layer, shard_min_bytes: int | None = None) -> Placement:
+    """`Placement.ON_WORKERS` or `Placement.REPLICATED` for ``layer`` (a `ShardedEmbedding`)."""
     placement = getattr(layer, "placement", None)
     if layer.input_dim is None:
         if placement == REPLICATED:
             raise ValueError(f"ShardedEmbedding '{layer.name}': a dynamic table (input_dim=None) "
                              "cannot be replicated: it has no fixed size.")
-        return SHARDED
+        return Placement.ON_WORKERS
     if placement is not None:
-        return placement
+        return LAYER_ARGUMENTS[placement]
     threshold = settings.get("TFX_HYBRID_SHARD_MIN_BYTES", shard_min_bytes)
-    return SHARDED if table_bytes(layer) >= threshold else REPLICATED
+    return Placement.ON_WORKERS if table_bytes(layer) >= threshold else Placement.REPLICATED

@@ -6,7 +6,7 @@ so the same model runs on a laptop. Either way the layer does the same work
 around the table: it flattens dense, ragged or sparse ids, deduplicates them
 (one row fetched, and one gradient row pushed, per distinct id), and combines
 multi-hot rows with ``sum``, ``mean`` or ``sqrtn``. Where the rows come from is
-the job of a *table* object (`tfx_dist.layers.embedding_tables`), chosen when
+the job of a *table* object (`tfx_dist.tables`), chosen when
 the layer is built.
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfx_dist.layers import embedding_tables, row_ops
+from tfx_dist.layers import row_ops
+from tfx_dist.tables import keras_file, local
 
 _COMBINERS = (None, "sum", "mean", "sqrtn")
 _PLACEMENTS = (None, "sharded", "replicated")
@@ -82,7 +83,7 @@ class ShardedEmbedding(keras.layers.Layer):
         self.table = None
 
     def build(self, input_shape=None):
-        self.table = embedding_tables.create(self)
+        self.table = local.create(self)
         self.built = True
 
     def call(self, inputs):
@@ -94,20 +95,15 @@ class ShardedEmbedding(keras.layers.Layer):
         return _combine(rows, segments, num_segments, self.combiner)
 
     def save_own_variables(self, store):
-        super().save_own_variables(store)
-        # A table elsewhere: on parameter servers, its servers write the rows
-        # beside Keras's file; sharded over the workers, the rows go into it.
-        save_rows = getattr(self.table, "save_to_keras_store", None)
-        if save_rows is not None:
-            save_rows(store)
+        # The table's entries only (`tfx_dist.tables.keras_file`): the same whatever the
+        # placement, so a file saved under one strategy loads under any other.
+        self.table.save_to_keras_store(store)
 
     def load_own_variables(self, store):
-        load_rows = getattr(self.table, "load_from_keras_store", None)
-        if load_rows is None:
-            super().load_own_variables(store)
+        if "0" in store and not keras_file.holds_table(store) and "tfx_ps_shard_prefix" not in store:
+            super().load_own_variables(store)  # a file of an earlier release: Keras's own entries
             return
-        load_rows(store)  # first: a file of another placement fails naming the table
-        self.table.anchor.assign(store["0"])
+        self.table.load_from_keras_store(store)
 
     def compute_output_shape(self, input_shape):
         if self.combiner is None:

@@ -29,12 +29,12 @@ import tensorflow as tf
 
 import tfx_dist
 from tfx_dist.checkpointing import remove_temp_dirpath, write_filepath
-from tfx_dist.hybrid import keras_files
+from tfx_dist.tables import keras_file
 from worker_lib import report
 
 MODE, DIR = os.environ["MODE"], os.environ["DIR"]
 ROWS, USERS, COLORS, GLOBAL_BATCH = 40, 30, 5, 32
-keras_files.CHUNK_BYTES = 64  # 2 records per chunk: many chunks, interleaved across workers
+keras_file.CHUNK_BYTES = 64  # 2 records per chunk: many chunks, interleaved across workers
 
 rs = np.random.RandomState(0)
 items = rs.randint(0, ROWS, (192, 3)).astype("int64")
@@ -106,9 +106,9 @@ def file_layout(name):
     """What a written .weights.h5 holds for the item table: its records' shape, or the marker."""
     with h5py.File(name, "r") as f:
         group = f["layers/sharded_embedding/vars"]  # Keras names entries by class
-        if "tfx_hybrid_records" in group:
-            return list(group["tfx_hybrid_records"].shape)
-        return bytes(np.asarray(group["tfx_hybrid_writer"])).decode()
+        if "tfx_table_records" in group:
+            return list(group["tfx_table_records"].shape)
+        return bytes(np.asarray(group["tfx_table_writer"])).decode()
 
 
 out = {}
@@ -141,7 +141,7 @@ elif MODE == "one":
     restored = build_model()
     table = restored.get_layer("item_table").table
     with h5py.File(path("w.weights.h5"), "r") as f:  # the slots' optimizer rule, as saved
-        rule = bytes(np.asarray(f["layers/sharded_embedding/vars/tfx_hybrid_optimizer"])).decode()
+        rule = bytes(np.asarray(f["layers/sharded_embedding/vars/tfx_table_optimizer"])).decode()
 
     @tf.function
     def restore_then_lookup(ids):

@@ -13,7 +13,7 @@ saves with Keras's save_weights and model.save (CKPT + "_keras/w<rank>.weights.h
 "m<rank>.keras").
 restore: builds the same model, restores CKPT, reports the rows, trains the
 same one more epoch, reports the rows. Any number of servers. KERAS=1: loads a
-copy of the chief's .weights.h5 (and its shard files) with load_weights instead.
+copy of the chief's .weights.h5 with load_weights instead.
 
 save also checks Keras's callbacks: its first EPOCHS epochs run as fit(EPOCHS + 1)
 with BackupAndRestore (CKPT + "_backup") and ModelCheckpoint (CKPT + "_mc/model.keras"),
@@ -152,7 +152,7 @@ elif PHASE == "save":
     result["rows_saved"] = rows()
     result["dense_saved"] = [w.tolist() for w in model.layers[-1].get_weights()]
     result["files"] = sorted(os.listdir(CKPT))
-    # Keras's one-file save: each worker's file, the servers' shards beside it.
+    # Keras's one-file save: the table's rows in the chief's file.
     os.makedirs(KERAS_DIR, exist_ok=True)
     model.save_weights(os.path.join(KERAS_DIR, f"w{rank()}.weights.h5"))
     model.save(os.path.join(KERAS_DIR, f"m{rank()}.keras"))
