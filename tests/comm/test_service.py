@@ -107,7 +107,7 @@ def test_round_trips(shm):
         c.finish()
         assert c.p.returncode == 0, c.out + c.err[-3000:]
         err = c.result()["handler_error"]
-        assert err.startswith("ServiceError 1: ") and "server 0 (ps 0): ValueError: table 'x' has no row 42" in err
+        assert err.startswith("ServiceError 3: ") and "server 0 (ps 0): ValueError: table 'x' has no row 42" in err
     for s in srv:
         s.finish()
         assert s.p.returncode == 0 and s.result() == {"lost": []}, s.out + s.err[-3000:]

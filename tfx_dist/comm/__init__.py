@@ -49,30 +49,31 @@ class CollectiveArgumentError(CollectiveError, ValueError):
     """This rank's request is invalid (e.g. all-to-all splits that do not sum
     to the first dimension); raised before any negotiation, on this rank only."""
 
-    code = 1
+    code = 3
 
 
 class CollectiveTimeoutError(CollectiveError, TimeoutError):
-    code = 2
+    code = 4
 
 
 class PeerConnectionError(CollectiveError, ConnectionError):
-    code = 3
+    code = 14
 
 
 class CollectiveMismatchError(CollectiveError):
     """The ranks disagree on what to reduce (names, shapes, dtypes, ...)."""
 
-    code = 5
+    code = 9
 
 
-_ERRORS = {1: CollectiveArgumentError, 2: CollectiveTimeoutError, 3: PeerConnectionError, 5: CollectiveMismatchError}
+_ERRORS = {cls.code: cls for cls in (CollectiveArgumentError, CollectiveTimeoutError, PeerConnectionError,
+                                     CollectiveMismatchError)}
 
 
 def _raise(code: int, message: bytes | str) -> None:
     if isinstance(message, bytes):
         message = message.decode("utf-8", "replace")
-    if code == _native.STATUS["INTERRUPTED"]:  # Ctrl-C while waiting (interrupts.py)
+    if code == _native.STATUS["CANCELLED"]:  # Ctrl-C while waiting (interrupts.py)
         interrupts.take_message()  # raised here: Python's handler need not run
         raise KeyboardInterrupt(message)
     raise _ERRORS.get(code, CollectiveError)(message)

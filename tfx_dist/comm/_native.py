@@ -25,8 +25,8 @@ COMPRESSIONS = {"none": 0, "float16": 1, "bfloat16": 2}
 DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "int64": 6, "uint8": 7}
 HIERARCHICAL = {"off": 0, "on": 1, "auto": 2}
 WIRE_PROTECTION = {"none": 0, "integrity": 1, "encrypt": 2}
-STATUS = {"OK": 0, "INVALID_ARGUMENT": 1, "TIMEOUT": 2, "CONNECTION_CLOSED": 3, "PROTOCOL": 4,
-          "MISMATCH": 5, "INTERNAL": 6, "ABORTED": 7, "INTERRUPTED": 8}
+STATUS = {"OK": 0, "CANCELLED": 1, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "FAILED_PRECONDITION": 9,
+          "ABORTED": 10, "INTERNAL": 13, "UNAVAILABLE": 14, "DATA_LOSS": 15, "UNAUTHENTICATED": 16}
 ERR_LEN = 4096
 
 

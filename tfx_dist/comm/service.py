@@ -40,8 +40,9 @@ HANDLER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_in
 LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p)
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 
-# tfx::comm::Code
-OK, INVALID_ARGUMENT, TIMEOUT, CONNECTION_CLOSED, PROTOCOL, MISMATCH, INTERNAL, ABORTED, INTERRUPTED = range(9)
+# tfx::Code (TensorFlow's canonical codes, custom_ops/common/status.h)
+OK, INTERRUPTED, INVALID_ARGUMENT, TIMEOUT, MISMATCH, ABORTED, INTERNAL, CONNECTION_CLOSED, PROTOCOL = (
+    0, 1, 3, 4, 9, 10, 13, 14, 15)
 
 
 class Options(ctypes.Structure):
