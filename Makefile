@@ -19,10 +19,10 @@ test: setup
 # the coordinator and the messages. tests/comm/test_cpp_runtime.py runs this
 # target, so `make test` runs it once, under pytest.
 CPP_TEST_DIR := build/cpp-test
-COMM_CORE_SRCS := $(shell find custom_ops/comm/core -name '*.cc' ! -name '*_test.cc')
+COMM_CORE_SRCS := $(shell find custom_ops/common custom_ops/comm/core -name '*.cc' ! -name '*_test.cc')
 COMM_CORE_OBJS := $(COMM_CORE_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
 COMM_TEST_OBJS := $(COMM_CORE_OBJS) $(CPP_TEST_DIR)/custom_ops/comm/tests/runtime_test.o
-COMM_HEADERS := $(shell find custom_ops/comm -name '*.h')
+COMM_HEADERS := $(shell find custom_ops/common custom_ops/comm -name '*.h')
 
 $(CPP_TEST_DIR)/%.o: %.cc $(COMM_HEADERS)
 	@mkdir -p $(dir $@)
@@ -38,7 +38,7 @@ $(CPP_TEST_DIR)/service_test: $(COMM_CORE_OBJS) $(CPP_TEST_DIR)/custom_ops/comm/
 	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
 
 # The service's and the parameter server's decoders, fuzzed in process.
-SERVICE_FUZZ_SRCS := $(shell find custom_ops/comm/core custom_ops/embedding/core custom_ops/embedding/server -name '*.cc' ! -name '*_test.cc') custom_ops/comm/tests/service_fuzz_test.cc
+SERVICE_FUZZ_SRCS := $(shell find custom_ops/common custom_ops/comm/core custom_ops/embedding/core custom_ops/embedding/server -name '*.cc' ! -name '*_test.cc') custom_ops/comm/tests/service_fuzz_test.cc
 SERVICE_FUZZ_OBJS := $(SERVICE_FUZZ_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
 EMBEDDING_HEADERS := $(shell find custom_ops/embedding -name '*.h')
 

@@ -60,7 +60,7 @@ LIBRARIES = (
     # ring collectives, fusion/negotiation, C API for ctypes and the kernels.
     Library(
         name="libtfx_comm",
-        source_globs=("custom_ops/comm/core/**/*.cc",),
+        source_globs=("custom_ops/common/**/*.cc", "custom_ops/comm/core/**/*.cc"),
         tensorflow=False,
         # libcrypto (wire protection) linked statically with its symbols kept
         # inside: TensorFlow's libtensorflow_framework exports BoringSSL's EVP_*
@@ -79,7 +79,8 @@ LIBRARIES = (
     # the GPU lookup and optimizer kernels too (not yet called by any op).
     Library(
         name="libtfx_embedding",
-        source_globs=("custom_ops/embedding/core/**/*.cc", "custom_ops/embedding/server/**/*.cc"),
+        source_globs=("custom_ops/common/**/*.cc", "custom_ops/embedding/core/**/*.cc",
+                      "custom_ops/embedding/server/**/*.cc"),
         tensorflow=False,
         deps=("libtfx_comm",),
         cuda_globs=("custom_ops/embedding/cuda/**/*.cu.cc",),

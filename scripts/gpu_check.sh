@@ -74,9 +74,9 @@ embedding() {
   # with the op build's flags (no -march: no FMA, as in build_ops.py).
   local core=()
   rm -f "$out"/emb_*.o "$out/embedding_gpu_test" "$out/embedding_gpu_bench"
-  for src in table row_sums block_arena optimizers initializer status; do
-    "$CXX" -std=c++17 -O3 -pthread -I. -c "custom_ops/embedding/core/$src.cc" -o "$out/emb_$src.o" &
-    core+=("$out/emb_$src.o")
+  for src in embedding/core/{table,row_sums,block_arena,optimizers,initializer} common/status; do
+    "$CXX" -std=c++17 -O3 -pthread -I. -c "custom_ops/$src.cc" -o "$out/emb_${src##*/}.o" &
+    core+=("$out/emb_${src##*/}.o")
   done
   wait  # (a failed compile shows as a missing object to ar below)
   echo "== embedding: $("$NVCC" --version | tail -2 | head -1) ${arch[*]}; registers and spills of the kernels:"

@@ -38,9 +38,9 @@ def test_collective_errors_keep_their_names_and_gain_their_codes_classes():
     assert type(aborted).__name__ == "CollectiveError" and aborted.code == errors.ABORTED
     copy = pickle.loads(pickle.dumps(aborted))
     assert type(copy) is type(aborted) and str(copy) == "closed"
-    # Every outcome code of the library means one canonical code, and back.
-    for library, canonical in _native.STATUS.values():
-        assert _native.canonical_code(library) == canonical and _native.library_code(canonical) == library
+    # The library's outcome codes are the canonical ones (its ABI check compares them by name).
+    assert _native.STATUS["DEADLINE_EXCEEDED"] == errors.DEADLINE_EXCEEDED == 4
+    assert _native.STATUS["UNAVAILABLE"] == errors.UNAVAILABLE == 14
 
 
 def test_service_store_and_parameter_server_errors_keep_their_names():

@@ -16,6 +16,7 @@
 #include "custom_ops/embedding/core/checkpoint.h"
 #include "custom_ops/embedding/core/table.h"
 
+using namespace tfx;
 using namespace tfx::embedding;
 
 #define CHECK(cond)                                                          \

@@ -154,10 +154,11 @@ def raw(index, addresses, num_clients, scenario):
                                time.monotonic() + 10)[0]
     print("READY", flush=True)
     header = struct.Struct("<IHHQiIQ")  # wire.h's FrameHeader
+    version = 2  # wire.h's kWireVersion
     frames = {
-        "magic": header.pack(0xDEADBEEF, 1, 1, 1, 0, 0, 4) + b"abcd",
-        "oversized": header.pack(0x53584654, 1, 1, 1, 0, 0, 1 << 40),
-        "truncated": header.pack(0x53584654, 1, 1, 1, 0, 0, 100) + b"only 20 bytes of 100",
+        "magic": header.pack(0xDEADBEEF, version, 1, 1, 0, 0, 4) + b"abcd",
+        "oversized": header.pack(0x53584654, version, 1, 1, 0, 0, 1 << 40),
+        "truncated": header.pack(0x53584654, version, 1, 1, 0, 0, 100) + b"only 20 bytes of 100",
         "garbage": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * 16,
     }
     time.sleep(0.2)  # let the other client start calling

@@ -17,8 +17,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCES = ([os.path.join(ROOT, "custom_ops", "embedding", "store_test.cc")]
+           + sorted(glob.glob(os.path.join(ROOT, "custom_ops", "common", "*.cc")))
            + sorted(glob.glob(os.path.join(ROOT, "custom_ops", "embedding", "core", "*.cc"))))
-HEADERS = sorted(glob.glob(os.path.join(ROOT, "custom_ops", "embedding", "core", "*.h")))
+HEADERS = sorted(glob.glob(os.path.join(ROOT, "custom_ops", "common", "*.h"))
+                 + glob.glob(os.path.join(ROOT, "custom_ops", "embedding", "core", "*.h")))
 CXX = os.environ.get("CXX", "g++")
 
 pytestmark = pytest.mark.skipif(shutil.which(CXX) is None, reason=f"no C++ compiler ({CXX})")

@@ -25,28 +25,12 @@ COMPRESSIONS = {"none": 0, "float16": 1, "bfloat16": 2}
 DTYPES = {"float16": 1, "bfloat16": 2, "float32": 3, "float64": 4, "int32": 5, "int64": 6, "uint8": 7}
 HIERARCHICAL = {"off": 0, "on": 1, "auto": 2}
 WIRE_PROTECTION = {"none": 0, "integrity": 1, "encrypt": 2}
-# c_api.h's outcome codes: TFX_STATUS_<name> -> (the library's value, the canonical code it means).
-# The runtime still numbers them its own way; once its C API returns the canonical codes, each
-# name becomes TensorFlow's and both values are the canonical code.
-STATUS = {"OK": (0, errors.OK), "INVALID_ARGUMENT": (1, errors.INVALID_ARGUMENT),
-          "TIMEOUT": (2, errors.DEADLINE_EXCEEDED), "CONNECTION_CLOSED": (3, errors.UNAVAILABLE),
-          "PROTOCOL": (4, errors.DATA_LOSS), "MISMATCH": (5, errors.FAILED_PRECONDITION),
-          "INTERNAL": (6, errors.INTERNAL), "ABORTED": (7, errors.ABORTED),
-          "INTERRUPTED": (8, errors.CANCELLED)}
-_CANONICAL = {library: canonical for library, canonical in STATUS.values()}
-_LIBRARY = {canonical: library for library, canonical in STATUS.values()}
+# c_api.h's outcome codes (TFX_STATUS_<name>): TensorFlow's canonical numbers, as tfx_dist.errors.
+STATUS = {name: getattr(errors, name) for name in (
+    "OK", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "FAILED_PRECONDITION", "ABORTED",
+    "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")}
 ERR_LEN = native.ERR_LEN
 error_buffer = native.error_buffer
-
-
-def canonical_code(code: int) -> int:
-    """The canonical code (tfx_dist.errors) of an outcome code of libtfx_comm."""
-    return _CANONICAL.get(code, errors.UNKNOWN)
-
-
-def library_code(code: int) -> int:
-    """libtfx_comm's outcome code for a canonical one (INTERNAL where it has none)."""
-    return _LIBRARY.get(code, _LIBRARY[errors.INTERNAL])
 
 
 def call(fn, *args, family: errors.ErrorFamily) -> None:
@@ -54,7 +38,6 @@ def call(fn, *args, family: errors.ErrorFamily) -> None:
     for its canonical code, or KeyboardInterrupt for a call Ctrl-C ended while it waited
     (the caller then takes ``interrupts.take_message()``, so that Python's handler need not raise)."""
     def error(code: int, message: str) -> BaseException:
-        code = canonical_code(code)
         return KeyboardInterrupt(message) if code == errors.CANCELLED else family.error(code, message)
 
     native.call(fn, *args, raise_as=error)
@@ -69,7 +52,7 @@ def _abi_names() -> dict:
     names.update({f"TFX_REDUCE_{k.upper()}": v for k, v in REDUCTIONS.items()})
     names.update({f"TFX_COMPRESSION_{k.upper()}": v for k, v in COMPRESSIONS.items()})
     names.update({f"TFX_DTYPE_{k.upper()}": v for k, v in DTYPES.items()})
-    names.update({f"TFX_STATUS_{k}": library for k, (library, _) in STATUS.items()})
+    names.update({f"TFX_STATUS_{k}": v for k, v in STATUS.items()})
     names.update({f"TFX_HIERARCHICAL_{k.upper()}": v for k, v in HIERARCHICAL.items()})
     names.update({f"TFX_WIRE_{k.upper()}": v for k, v in WIRE_PROTECTION.items()})
     return names

@@ -201,10 +201,10 @@ class ServiceServer(_Endpoint):
                     bad_input = isinstance(e, (ValueError, KeyError, IndexError))
                     code = errors.INVALID_ARGUMENT if bad_input else errors.INTERNAL
                 message = f"{type(e).__name__}: {e}".encode()
-                so.tfx_service_reply_fail(reply, _native.library_code(code), message)
+                so.tfx_service_reply_fail(reply, code, message)
 
         def on_lost(_arg, client, code, message):
-            self.lost.append((client, _native.canonical_code(code), message.decode("utf-8", "replace")))
+            self.lost.append((client, code, message.decode("utf-8", "replace")))
 
         handler_fn, lost_fn = HANDLER_FN(on_request), LOST_FN(on_lost)
         _native.call(so.tfx_service_server_serve, self.handle, handler_fn, None, lost_fn, None,

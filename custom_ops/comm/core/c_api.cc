@@ -1,22 +1,21 @@
+// The C API's communicator lifecycle: options, ABI, create and destroy, and
+// the registry of live communicators the other c_api_*.cc files look ids up in.
 #include "custom_ops/comm/core/c_api.h"
-#include "custom_ops/comm/core/interrupt.h"
 
 #include <unistd.h>
 
-#include <atomic>
-#include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 
-#include "custom_ops/comm/core/communicator.h"
+#include "custom_ops/comm/core/c_api_registry.h"
 #include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/common/c_api_error.h"
 
-using tfx::comm::Code;
+using tfx::Code;
+using tfx::Status;
 using tfx::comm::Communicator;
-using tfx::comm::Status;
 
 // The core's enums are the header's codes.
 #define TFX_SAME(cpp, c) static_assert(static_cast<int>(tfx::comm::cpp) == (c), #cpp " != " #c)
@@ -40,15 +39,17 @@ TFX_SAME(OpType::kBroadcast, TFX_OP_BROADCAST);
 TFX_SAME(OpType::kAlltoall, TFX_OP_ALLTOALL);
 TFX_SAME(OpType::kReducescatter, TFX_OP_REDUCESCATTER);
 TFX_SAME(OpType::kJoin, TFX_OP_JOIN);
-TFX_SAME(Code::kOk, TFX_STATUS_OK);
-TFX_SAME(Code::kInvalidArgument, TFX_STATUS_INVALID_ARGUMENT);
-TFX_SAME(Code::kTimeout, TFX_STATUS_TIMEOUT);
-TFX_SAME(Code::kConnectionClosed, TFX_STATUS_CONNECTION_CLOSED);
-TFX_SAME(Code::kProtocol, TFX_STATUS_PROTOCOL);
-TFX_SAME(Code::kMismatch, TFX_STATUS_MISMATCH);
-TFX_SAME(Code::kInternal, TFX_STATUS_INTERNAL);
-TFX_SAME(Code::kAborted, TFX_STATUS_ABORTED);
-TFX_SAME(Code::kInterrupted, TFX_STATUS_INTERRUPTED);
+#define TFX_SAME_CODE(cpp, c) static_assert(static_cast<int>(Code::cpp) == (c), #cpp " != " #c)
+TFX_SAME_CODE(kOk, TFX_STATUS_OK);
+TFX_SAME_CODE(kInvalidArgument, TFX_STATUS_INVALID_ARGUMENT);
+TFX_SAME_CODE(kDeadlineExceeded, TFX_STATUS_DEADLINE_EXCEEDED);
+TFX_SAME_CODE(kUnavailable, TFX_STATUS_UNAVAILABLE);
+TFX_SAME_CODE(kDataLoss, TFX_STATUS_DATA_LOSS);
+TFX_SAME_CODE(kFailedPrecondition, TFX_STATUS_FAILED_PRECONDITION);
+TFX_SAME_CODE(kInternal, TFX_STATUS_INTERNAL);
+TFX_SAME_CODE(kAborted, TFX_STATUS_ABORTED);
+TFX_SAME_CODE(kCancelled, TFX_STATUS_CANCELLED);
+TFX_SAME_CODE(kUnauthenticated, TFX_STATUS_UNAUTHENTICATED);
 TFX_SAME(Hierarchical::kOff, TFX_HIERARCHICAL_OFF);
 TFX_SAME(Hierarchical::kOn, TFX_HIERARCHICAL_ON);
 TFX_SAME(Hierarchical::kAuto, TFX_HIERARCHICAL_AUTO);
@@ -56,6 +57,7 @@ TFX_SAME(WireProtection::kNone, TFX_WIRE_NONE);
 TFX_SAME(WireProtection::kIntegrity, TFX_WIRE_INTEGRITY);
 TFX_SAME(WireProtection::kEncrypt, TFX_WIRE_ENCRYPT);
 #undef TFX_SAME
+#undef TFX_SAME_CODE
 
 namespace {
 
@@ -74,111 +76,18 @@ const struct {
     TFX_ABI(TFX_COMPRESSION_FLOAT16), TFX_ABI(TFX_COMPRESSION_BFLOAT16), TFX_ABI(TFX_OP_ALLREDUCE),
     TFX_ABI(TFX_OP_ALLGATHER), TFX_ABI(TFX_OP_BROADCAST), TFX_ABI(TFX_OP_ALLTOALL),
     TFX_ABI(TFX_OP_REDUCESCATTER), TFX_ABI(TFX_OP_JOIN), TFX_ABI(TFX_STATUS_OK),
-    TFX_ABI(TFX_STATUS_INVALID_ARGUMENT), TFX_ABI(TFX_STATUS_TIMEOUT),
-    TFX_ABI(TFX_STATUS_CONNECTION_CLOSED), TFX_ABI(TFX_STATUS_PROTOCOL), TFX_ABI(TFX_STATUS_MISMATCH),
-    TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED), TFX_ABI(TFX_STATUS_INTERRUPTED), TFX_ABI(TFX_HIERARCHICAL_OFF),
+    TFX_ABI(TFX_STATUS_INVALID_ARGUMENT), TFX_ABI(TFX_STATUS_DEADLINE_EXCEEDED),
+    TFX_ABI(TFX_STATUS_UNAVAILABLE), TFX_ABI(TFX_STATUS_DATA_LOSS), TFX_ABI(TFX_STATUS_FAILED_PRECONDITION),
+    TFX_ABI(TFX_STATUS_INTERNAL), TFX_ABI(TFX_STATUS_ABORTED), TFX_ABI(TFX_STATUS_CANCELLED),
+    TFX_ABI(TFX_STATUS_UNAUTHENTICATED), TFX_ABI(TFX_HIERARCHICAL_OFF),
     TFX_ABI(TFX_HIERARCHICAL_ON), TFX_ABI(TFX_HIERARCHICAL_AUTO), TFX_ABI(TFX_WIRE_NONE),
     TFX_ABI(TFX_WIRE_INTEGRITY), TFX_ABI(TFX_WIRE_ENCRYPT),
 };
 #undef TFX_ABI
 
-// How long tfx_comm_run's caller drives the runtime (waiting in poll for the
-// peers) before it leaves the rest to the runtime thread. It would only wait.
-constexpr int32_t kRunDriveUs = 50 * 1000;
-
 std::mutex g_mu;
 std::map<int64_t, std::shared_ptr<Communicator>> g_comms;
 int64_t g_next_id = 1;
-
-std::shared_ptr<Communicator> Find(int64_t id) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto it = g_comms.find(id);
-  return it == g_comms.end() ? nullptr : it->second;
-}
-
-void CopyError(const std::string& msg, char* err, int32_t len) {
-  if (err == nullptr || len <= 0) return;
-  std::strncpy(err, msg.c_str(), static_cast<size_t>(len) - 1);
-  err[len - 1] = '\0';
-}
-
-Status ToEntry(const tfx_entry& in, int size, tfx::comm::Entry* out) {
-  using namespace tfx::comm;
-  if (in.name == nullptr || in.name[0] == '\0') return Status(Code::kInvalidArgument, "a collective needs a name");
-  const OpRow* row = FindOp(in.op);
-  if (row == nullptr) return Status(Code::kInvalidArgument, "unknown collective op code");
-  if (!ValidDataType(in.dtype)) return Status(Code::kInvalidArgument, "unsupported dtype code");
-  if (!ValidReduceOp(in.reduction) || !ValidCompression(in.compression))
-    return Status(Code::kInvalidArgument, "unknown reduction or compression code");
-  if (in.ndims < 0 || in.ndims > 64) return Status(Code::kInvalidArgument, "bad rank");
-  out->meta.key = in.name;
-  out->meta.op = static_cast<OpType>(in.op);
-  out->meta.dtype = static_cast<DataType>(in.dtype);
-  out->meta.reduction = static_cast<ReduceOp>(in.reduction);
-  out->meta.compression = static_cast<Compression>(in.compression);
-  out->meta.root = in.root;
-  out->meta.shape.assign(in.dims, in.dims + in.ndims);
-  for (int64_t d : out->meta.shape)
-    if (d < 0) return Status(Code::kInvalidArgument, "negative dimension");
-  if (out->meta.op == OpType::kAlltoall) {
-    if (in.nsplits < 0 || (in.nsplits > 0 && in.splits == nullptr))
-      return Status(Code::kInvalidArgument, "all-to-all needs its splits");
-    out->meta.splits.assign(in.splits, in.splits + in.nsplits);
-    if (in.received_splits == nullptr)
-      return Status(Code::kInvalidArgument, "all-to-all needs a buffer for the received splits");
-    out->received_splits = in.received_splits;
-  }
-  const std::string refused = row->check_local(out->meta, size);
-  if (!refused.empty()) return Status(Code::kInvalidArgument, refused);
-  const size_t bytes = out->meta.bytes();
-  if (bytes > 0 && in.input == nullptr) return Status(Code::kInvalidArgument, "no input buffer");
-  if (row->allocates_output && in.alloc == nullptr)
-    return Status(Code::kInvalidArgument, std::string(row->name) + " needs an output allocator");
-  if (!row->allocates_output && bytes > 0 && in.output == nullptr)
-    return Status(Code::kInvalidArgument, "no output buffer");
-  if (in.done == nullptr) return Status(Code::kInvalidArgument, "no completion callback");
-  out->input = in.input;
-  out->output = in.output;
-  tfx_alloc_fn alloc = in.alloc;
-  void* alloc_arg = in.alloc_arg;
-  out->allocate = [alloc, alloc_arg](int64_t dim0) { return alloc(alloc_arg, dim0); };
-  tfx_done_fn done = in.done;
-  void* done_arg = in.done_arg;
-  out->done = [done, done_arg](const Status& s) {
-    done(done_arg, static_cast<int32_t>(s.code()), s.message().c_str());
-  };
-  return Status::Ok();
-}
-
-// Synchronous waiting for tfx_comm_run.
-struct Waiter {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<int> remaining{0};
-  int32_t code = 0;
-  std::string message;
-  void* gathered = nullptr;
-  int64_t gathered_dim0 = 0;
-  size_t row_bytes = 0;
-};
-
-void WaiterDone(void* arg, int32_t code, const char* message) {
-  Waiter* w = static_cast<Waiter*>(arg);
-  std::lock_guard<std::mutex> lock(w->mu);
-  if (code != 0 && w->code == 0) {
-    w->code = code;
-    w->message = message;
-  }
-  // notify without a blocked waiter (it was still driving) is no system call.
-  if (w->remaining.fetch_sub(1) == 1) w->cv.notify_all();
-}
-
-void* WaiterAlloc(void* arg, int64_t dim0) {
-  Waiter* w = static_cast<Waiter*>(arg);
-  w->gathered_dim0 = dim0;
-  w->gathered = std::malloc(std::max<size_t>(1, static_cast<size_t>(dim0) * w->row_bytes));
-  return w->gathered;
-}
 
 // The options as the core takes them; an error for values it cannot run with.
 Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOptions* out) {
@@ -234,6 +143,16 @@ Status ToOptions(const tfx_comm_options& in, int size, tfx::comm::CommunicatorOp
 
 }  // namespace
 
+namespace tfx::comm {
+
+std::shared_ptr<Communicator> FindCommunicator(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_comms.find(id);
+  return it == g_comms.end() ? nullptr : it->second;
+}
+
+}  // namespace tfx::comm
+
 extern "C" {
 
 tfx_comm_options tfx_comm_default_options(void) {
@@ -275,7 +194,7 @@ int64_t tfx_comm_create(int32_t rank, int32_t size, const int32_t* data_fds, con
                                                           " is not in [0, " + std::to_string(size) + ")")
                      : ToOptions(options != nullptr ? *options : tfx_comm_default_options(), size, &opts);
   if (!valid.ok()) {
-    CopyError(valid.message(), err, err_len);
+    tfx::ReportToC(valid, err, err_len);
     for (int fd : data) if (fd >= 0) close(fd);
     for (int fd : ctrl) if (fd >= 0) close(fd);
     return 0;
@@ -283,7 +202,7 @@ int64_t tfx_comm_create(int32_t rank, int32_t size, const int32_t* data_fds, con
   std::unique_ptr<Communicator> comm;
   Status st = Communicator::Create(rank, size, data, ctrl, same, opts, &comm);
   if (!st.ok()) {
-    CopyError(st.message(), err, err_len);
+    tfx::ReportToC(st, err, err_len);
     return 0;
   }
   std::lock_guard<std::mutex> lock(g_mu);
@@ -305,129 +224,14 @@ int32_t tfx_comm_destroy(int64_t id) {
   return 0;
 }
 
-int32_t tfx_comm_transport(int64_t id, int32_t peer, char* out, int32_t out_len) {
-  auto comm = Find(id);
-  if (!comm) return static_cast<int32_t>(Code::kInvalidArgument);
-  CopyError(comm->transport(peer), out, out_len);
-  return 0;
-}
-
-int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n) {
-  auto comm = Find(id);
-  if (!comm) return static_cast<int32_t>(Code::kInvalidArgument);
-  const auto& st = comm->stats();
-  const int64_t values[] = {st.responses.load(),       st.allreduce_buckets.load(),
-                            st.fused_entries.load(),     st.allreduce_bytes.load(),
-                            st.waiting_ns.load(),        st.running_ns.load(),
-                            st.hierarchical_buckets.load(),
-                            static_cast<int64_t>(comm->names_held())};
-  const int32_t count = static_cast<int32_t>(sizeof(values) / sizeof(values[0]));
-  for (int32_t i = 0; i < n && i < count; ++i) out[i] = values[i];
-  return 0;
-}
-
-int32_t tfx_comm_allreduce_algorithm(int64_t id, char* out, int32_t out_len) {
-  auto comm = Find(id);
-  if (!comm) return static_cast<int32_t>(Code::kInvalidArgument);
-  CopyError(comm->allreduce_algorithm(), out, out_len);
-  return 0;
-}
-
-int32_t tfx_comm_timeline(int64_t id, const char* path, int32_t mark_cycles, char* err, int32_t err_len) {
-  auto comm = Find(id);
-  if (!comm) {
-    CopyError("tfx_dist: no communicator with id " + std::to_string(id) + " in this process", err, err_len);
-    return static_cast<int32_t>(Code::kInvalidArgument);
-  }
-  Status st = comm->SetTimeline(path != nullptr ? path : "", mark_cycles != 0);
-  if (!st.ok()) CopyError(st.message(), err, err_len);
-  return static_cast<int32_t>(st.code());
-}
-
 int32_t tfx_comm_rank(int64_t id) {
-  auto comm = Find(id);
+  auto comm = tfx::comm::FindCommunicator(id);
   return comm ? comm->rank() : -1;
 }
 
 int32_t tfx_comm_size(int64_t id) {
-  auto comm = Find(id);
+  auto comm = tfx::comm::FindCommunicator(id);
   return comm ? comm->size() : -1;
-}
-
-int32_t tfx_comm_submit(int64_t id, const tfx_entry* entries, int32_t n, char* err, int32_t err_len) {
-  return tfx_comm_submit_drive(id, entries, n, 0, err, err_len);
-}
-
-int32_t tfx_comm_submit_drive(int64_t id, const tfx_entry* entries, int32_t n, int32_t drive_us, char* err,
-                              int32_t err_len) {
-  auto comm = Find(id);
-  if (!comm) {
-    CopyError("tfx_dist: no communicator with id " + std::to_string(id) +
-                  " in this process (was it closed, or created in another process?)", err, err_len);
-    return static_cast<int32_t>(Code::kInvalidArgument);
-  }
-  std::vector<tfx::comm::Entry> converted(n);
-  auto left = std::make_shared<std::atomic<int>>(n);
-  for (int i = 0; i < n; ++i) {
-    Status st = ToEntry(entries[i], comm->size(), &converted[i]);
-    if (!st.ok()) {
-      CopyError("tfx_dist rank " + std::to_string(comm->rank()) + ": collective '" +
-                    (entries[i].name ? entries[i].name : "") + "': " + st.message(), err, err_len);
-      return static_cast<int32_t>(st.code());
-    }
-    if (drive_us > 0) {
-      converted[i].done = [inner = std::move(converted[i].done), left](const Status& s) {
-        inner(s);
-        left->fetch_sub(1, std::memory_order_release);
-      };
-    }
-  }
-  comm->Submit(std::move(converted), /*wake_loop=*/drive_us <= 0);
-  if (drive_us > 0)
-    comm->Drive([&left] { return left->load(std::memory_order_acquire) == 0; },
-                std::chrono::microseconds(drive_us));
-  return 0;
-}
-
-int32_t tfx_comm_run(int64_t id, const tfx_entry* entries, int32_t n, void** gathered,
-                     int64_t* gathered_dim0, char* err, int32_t err_len) {
-  Waiter w;
-  w.remaining = n;
-  std::vector<tfx_entry> mine(entries, entries + n);
-  for (auto& e : mine) {
-    e.done = &WaiterDone;
-    e.done_arg = &w;
-    const tfx::comm::OpRow* row = tfx::comm::FindOp(e.op);
-    if (row != nullptr && row->allocates_output && e.alloc == nullptr) {
-      e.alloc = &WaiterAlloc;
-      e.alloc_arg = &w;
-      size_t row_bytes = tfx::comm::ElementSize(static_cast<tfx::comm::DataType>(e.dtype));
-      for (int d = 1; d < e.ndims; ++d) row_bytes *= static_cast<size_t>(e.dims[d]);
-      w.row_bytes = row_bytes;
-    }
-  }
-  if (n == 0) return 0;
-  // This thread would only wait: it does the work itself for a while (for a
-  // small collective, usually all of it), then leaves it to the loop thread.
-  int32_t rc = tfx_comm_submit_drive(id, mine.data(), n, kRunDriveUs, err, err_len);
-  if (rc != 0) return rc;
-  std::unique_lock<std::mutex> lock(w.mu);  // also orders WaiterDone's writes before our reads
-  w.cv.wait(lock, [&] { return w.remaining.load() == 0; });
-  if (gathered != nullptr) *gathered = w.gathered;
-  else std::free(w.gathered);
-  if (gathered_dim0 != nullptr) *gathered_dim0 = w.gathered_dim0;
-  if (w.code != 0) CopyError(w.message, err, err_len);
-  return w.code;
-}
-
-void tfx_comm_free(void* p) { std::free(p); }
-
-int32_t tfx_comm_install_interrupt_hook(void) { return tfx::comm::interrupt::InstallHook() ? 1 : 0; }
-
-int32_t tfx_comm_take_interrupt_message(char* out, int32_t out_len) {
-  const std::string message = tfx::comm::interrupt::TakeMessage();
-  CopyError(message, out, out_len);
-  return static_cast<int32_t>(message.size());
 }
 
 }  // extern "C"

@@ -48,17 +48,19 @@ enum {
                                rank joined, a joined rank adds zeros to the others' all-reduces */
 };
 
-/* Outcome codes (return values, tfx_done_fn's code). */
+/* Outcome codes (return values, tfx_done_fn's code): TensorFlow's canonical
+ * error codes, the numbering of every tfx_dist C API (custom_ops/common/status.h). */
 enum {
   TFX_STATUS_OK = 0,
-  TFX_STATUS_INVALID_ARGUMENT = 1,
-  TFX_STATUS_TIMEOUT = 2,
-  TFX_STATUS_CONNECTION_CLOSED = 3, /* the peer closed the connection or died */
-  TFX_STATUS_PROTOCOL = 4,          /* unexpected bytes on a connection */
-  TFX_STATUS_MISMATCH = 5,          /* ranks disagree on a collective */
-  TFX_STATUS_INTERNAL = 6,
-  TFX_STATUS_ABORTED = 7, /* the communicator is broken by an earlier error, or closed */
-  TFX_STATUS_INTERRUPTED = 8 /* SIGINT (Ctrl-C) while waiting in a collective */
+  TFX_STATUS_CANCELLED = 1, /* SIGINT (Ctrl-C) while waiting in a collective */
+  TFX_STATUS_INVALID_ARGUMENT = 3,
+  TFX_STATUS_DEADLINE_EXCEEDED = 4,
+  TFX_STATUS_FAILED_PRECONDITION = 9, /* ranks disagree on a collective */
+  TFX_STATUS_ABORTED = 10,            /* the communicator is broken by an earlier error, or closed */
+  TFX_STATUS_INTERNAL = 13,
+  TFX_STATUS_UNAVAILABLE = 14, /* the peer closed the connection or died */
+  TFX_STATUS_DATA_LOSS = 15,   /* unexpected bytes on a connection */
+  TFX_STATUS_UNAUTHENTICATED = 16
 };
 
 /* TFX_HIERARCHICAL: all-reduce within hosts, across them, within them again
@@ -182,7 +184,7 @@ TFX_API void tfx_comm_free(void* p);
 
 /* Ctrl-C (core/interrupt.h): puts the runtime's SIGINT hook in front of the
  * process's handler (Python's), so that a SIGINT while a collective waits
- * fails it (TFX_STATUS_INTERRUPTED, the peers told) before the handler runs.
+ * fails it (TFX_STATUS_CANCELLED, the peers told) before the handler runs.
  * Returns 1 if the hook is in place, 0 if SIGINT is ignored or has its
  * default action. Call again after the handler was replaced. */
 TFX_API int32_t tfx_comm_install_interrupt_hook(void);

@@ -6,7 +6,7 @@
 // after TFX_TIMEOUT_S when the peer never comes. The hook goes in front of
 // the process's SIGINT handler (Python's): while some communicator has a
 // collective waiting it only counts the signal and wakes the runtime loops,
-// which fail what waits with kInterrupted (telling the peers, so they fail
+// which fail what waits with kCancelled (telling the peers, so they fail
 // naming this rank), keep the message for Python's handler and pass the
 // signal on to it: Python raises KeyboardInterrupt as soon as the call has
 // returned. With nothing waiting the signal goes straight to the previous

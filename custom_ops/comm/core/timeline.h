@@ -31,7 +31,7 @@
 
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/fusion/messages.h"
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 
 namespace tfx::comm {
 

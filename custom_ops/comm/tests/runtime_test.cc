@@ -27,6 +27,7 @@
 #include "custom_ops/comm/core/reduce_kernels.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
 
+using namespace tfx;
 using namespace tfx::comm;
 
 namespace {
@@ -588,7 +589,7 @@ void TestNegotiationThroughTheRuntime() {
     }
     latch.Wait();
     for (const Status& s : latch.statuses) {
-      CHECK(s.code() == Code::kMismatch, s.message());
+      CHECK(s.code() == Code::kFailedPrecondition, s.message());
       CHECK(s.message().find("rank 2 submitted allreduce float32[5] sum") != std::string::npos, s.message());
     }
   }
@@ -603,7 +604,7 @@ void TestNegotiationThroughTheRuntime() {
     }
     latch.Wait();
     for (const Status& s : latch.statuses) {
-      CHECK(s.code() == Code::kTimeout, s.message());
+      CHECK(s.code() == Code::kDeadlineExceeded, s.message());
       CHECK(s.message().find("rank 2 to submit") != std::string::npos, s.message());
     }
   }
@@ -620,7 +621,7 @@ void TestNegotiationThroughTheRuntime() {
     }
     latch.Wait();
     for (const Status& s : latch.statuses) {
-      CHECK(s.code() == Code::kMismatch, s.message());
+      CHECK(s.code() == Code::kFailedPrecondition, s.message());
       CHECK(s.message().find("rank 1 submitted alltoall float32[3,4] splits=[1,1,1]") != std::string::npos,
             s.message());
     }
@@ -677,7 +678,7 @@ void TestJoin() {
     }
     latch.Wait();
     for (const Status& st : latch.statuses) {
-      CHECK(st.code() == Code::kMismatch, st.message());
+      CHECK(st.code() == Code::kFailedPrecondition, st.message());
       CHECK(st.message().find("allgather 'ag' while rank(s) 2 have joined") != std::string::npos, st.message());
     }
   }
@@ -891,7 +892,7 @@ void TestMessages() {
   }
   std::string reason;
   CHECK(DecodeBroken(EncodeBroken("dead"), &reason).ok() && reason == "dead", "BROKEN round trip");
-  // Every truncation and a trailing byte are rejected, with kProtocol.
+  // Every truncation and a trailing byte are rejected, with kDataLoss.
   for (const std::string* p : {&ready, &exec}) {
     bool all = true;
     for (size_t len = 0; len < p->size(); ++len) {
@@ -899,21 +900,21 @@ void TestMessages() {
       std::vector<Response> r;
       const std::string cut = p->substr(0, len);
       const Status s = p == &ready ? DecodeReady(cut, &m) : DecodeExecute(cut, &r);
-      all = all && s.code() == Code::kProtocol;
+      all = all && s.code() == Code::kDataLoss;
     }
     CHECK(all, "truncated payloads rejected");
     std::vector<EntryMeta> m;
     std::vector<Response> r;
     const Status s = p == &ready ? DecodeReady(*p + "x", &m) : DecodeExecute(*p + "x", &r);
-    CHECK(s.code() == Code::kProtocol, "trailing byte rejected");
+    CHECK(s.code() == Code::kDataLoss, "trailing byte rejected");
   }
   // Unknown codes are rejected.
   std::string bad_op = ready;
   bad_op[4 + 4 + 3] = 99;  // count, key length, "a#0", then the op byte
-  CHECK(DecodeReady(bad_op, &back).code() == Code::kProtocol, "unknown op rejected");
+  CHECK(DecodeReady(bad_op, &back).code() == Code::kDataLoss, "unknown op rejected");
   std::string bad_kind = exec;
   bad_kind[4] = 0;
-  CHECK(DecodeExecute(bad_kind, &rback).code() == Code::kProtocol, "unknown response op rejected");
+  CHECK(DecodeExecute(bad_kind, &rback).code() == Code::kDataLoss, "unknown response op rejected");
   // Garbage never crashes and is (almost always) rejected.
   std::mt19937 rng(7);
   int accepted = 0;
@@ -1046,7 +1047,7 @@ void TestFrameProtection() {
     // frames[3] was frame #3; the opener now expects #4: a replay fails.
     std::string out(70000, 'x');
     Status replay = opener->Open(frames[3].data(), 70000, &out[0]);
-    CHECK(!replay.ok() && replay.code() == Code::kProtocol, m + ": replayed frame accepted");
+    CHECK(!replay.ok() && replay.code() == Code::kDataLoss, m + ": replayed frame accepted");
     CHECK(out.find_first_not_of(mode == WireProtection::kIntegrity ? 'x' : '\0') == std::string::npos,
           m + ": a failed frame delivered bytes");
     for (size_t at : {size_t{0}, size_t{4}, size_t{500}, size_t{4 + 1000 + 3}}) {  // header, payload, tag of #2
@@ -1083,7 +1084,7 @@ void TestProtectedCollectives() {
 }
 
 // The control channel's decoders under random and mutated payloads: every
-// input is either decoded or refused with kProtocol; nothing crashes.
+// input is either decoded or refused with kDataLoss; nothing crashes.
 void FuzzMessageDecoders(int iterations) {
   std::mt19937 rng(19);
   std::vector<EntryMeta> metas{Meta("a#0", OpType::kAllreduce, DataType::kFloat32, {2, 3})};
@@ -1107,7 +1108,7 @@ void FuzzMessageDecoders(int iterations) {
     const Status a = DecodeReady(p, &m), b = DecodeExecute(p, &r), c = DecodeBroken(p, &reason);
     for (const Status* s : {&a, &b, &c}) {
       if (!s->ok()) ++refused;
-      CHECK(s->ok() || s->code() == Code::kProtocol, "decoder refused with " + s->message());
+      CHECK(s->ok() || s->code() == Code::kDataLoss, "decoder refused with " + s->message());
     }
   }
   std::fprintf(stderr, "fuzzed message decoders: %d inputs, %d refusals\n", iterations, refused);

@@ -35,8 +35,8 @@
 #include "custom_ops/embedding/server/protocol.h"
 
 namespace svc = tfx::comm::service;
-using tfx::comm::Code;
-using tfx::comm::Status;
+using tfx::Code;
+using tfx::Status;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -170,7 +170,7 @@ void FuzzServer(int iterations, bool protect) {
     const std::string input = Mutate(rng, seed);
     int handled = 0;
     const Status st = ServeInput(input, protect, &handled);
-    const bool known = st.ok() || st.code() == Code::kProtocol || st.code() == Code::kConnectionClosed;
+    const bool known = st.ok() || st.code() == Code::kDataLoss || st.code() == Code::kUnavailable;
     CHECK(known, "Serve failed with an unexpected code: " + st.message());
     if (protect) {  // unsealed bytes never reach the handler
       CHECK(handled == 0, "the handler ran on unsealed bytes");
@@ -204,7 +204,7 @@ void FuzzSealedServer(int iterations) {
     // A flip in a length field may instead leave the frame waiting for bytes
     // that never come (EOF): also never delivered.
     const bool in_length = at % frame < tfx::comm::kFrameHeaderBytes;
-    CHECK(st.code() == Code::kProtocol || (in_length && st.code() == Code::kConnectionClosed),
+    CHECK(st.code() == Code::kDataLoss || (in_length && st.code() == Code::kUnavailable),
           "a flipped bit was not refused: " + st.message());
     CHECK(handled == static_cast<int>(at / frame), "requests before the flip: " + std::to_string(handled));
     if (!st.ok()) ++refused;

@@ -7,14 +7,16 @@
 #include <algorithm>
 #include <vector>
 
+#include "custom_ops/common/c_api_error.h"
 #include "custom_ops/embedding/core/c_config.h"
 #include "custom_ops/embedding/core/checkpoint.h"
 #include "custom_ops/embedding/core/optimizers.h"
 #include "custom_ops/embedding/core/table.h"
 
-using tfx::embedding::Code;
-using tfx::embedding::InvalidArgument;
-using tfx::embedding::Status;
+using tfx::Code;
+using tfx::InvalidArgument;
+using tfx::ReportToC;
+using tfx::Status;
 using tfx::embedding::TableShard;
 
 namespace {
@@ -22,14 +24,6 @@ namespace {
 std::mutex g_mu;
 std::map<int64_t, std::shared_ptr<TableShard>> g_tables;
 int64_t g_next_id = 1;
-
-int32_t Report(const Status& st, char* err, int32_t len) {
-  if (err != nullptr && len > 0) {
-    std::strncpy(err, st.message().c_str(), static_cast<size_t>(len) - 1);
-    err[len - 1] = '\0';
-  }
-  return static_cast<int32_t>(st.code());
-}
 
 Status Find(int64_t id, std::shared_ptr<TableShard>* out) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -51,7 +45,7 @@ int32_t OnTable(int64_t id, char* err, int32_t err_len, Fn fn) {
       st = Status(Code::kInternal, table->description() + ": out of memory");
     }
   }
-  return Report(st, err, err_len);
+  return ReportToC(st, err, err_len);
 }
 
 }  // namespace
@@ -66,10 +60,10 @@ int32_t tfx_emb_abi(int64_t* out, int32_t n) {
 }
 
 int32_t tfx_emb_create(const tfx_emb_table_config* config, int64_t* id, char* err, int32_t err_len) {
-  if (config == nullptr || id == nullptr) return Report(InvalidArgument("config and id must not be null"), err, err_len);
+  if (config == nullptr || id == nullptr) return ReportToC(InvalidArgument("config and id must not be null"), err, err_len);
   std::unique_ptr<TableShard> table;
   Status st = TableShard::Create(tfx::embedding::ConfigFromC(*config), &table);
-  if (!st.ok()) return Report(st, err, err_len);
+  if (!st.ok()) return ReportToC(st, err, err_len);
   std::lock_guard<std::mutex> lock(g_mu);
   *id = g_next_id++;
   g_tables.emplace(*id, std::shared_ptr<TableShard>(std::move(table)));
@@ -81,7 +75,7 @@ int32_t tfx_emb_destroy(int64_t id, char* err, int32_t err_len) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_tables.find(id);
   if (it == g_tables.end())
-    return Report(Status(Code::kNotFound, "no embedding table with handle " + std::to_string(id)), err, err_len);
+    return ReportToC(Status(Code::kNotFound, "no embedding table with handle " + std::to_string(id)), err, err_len);
   table = std::move(it->second);
   g_tables.erase(it);
   return 0;
@@ -164,20 +158,20 @@ int32_t tfx_emb_restore(int64_t id, const char* const* paths, int32_t n_paths, c
 }
 
 int32_t tfx_emb_set_optimizer(int64_t id, const tfx_emb_optimizer* optimizer, char* err, int32_t err_len) {
-  if (optimizer == nullptr) return Report(InvalidArgument("optimizer must not be null"), err, err_len);
+  if (optimizer == nullptr) return ReportToC(InvalidArgument("optimizer must not be null"), err, err_len);
   const tfx::embedding::OptimizerConfig rule = tfx::embedding::OptimizerFromC(*optimizer);
   Status st = tfx::embedding::ValidateOptimizer(rule);
-  if (!st.ok()) return Report(st, err, err_len);
+  if (!st.ok()) return ReportToC(st, err, err_len);
   std::shared_ptr<TableShard> old;
   st = Find(id, &old);
-  if (!st.ok()) return Report(st, err, err_len);
+  if (!st.ok()) return ReportToC(st, err, err_len);
   // A new shard with this optimizer's slots; stored rows keep their values
   // (as the parameter server's SetOptimizer does).
   tfx::embedding::TableConfig config = old->config();
   config.optimizer = rule;
   std::unique_ptr<TableShard> fresh;
   st = TableShard::Create(config, &fresh);
-  if (!st.ok()) return Report(st, err, err_len);
+  if (!st.ok()) return ReportToC(st, err, err_len);
   const int64_t dim = config.dim;
   std::vector<float> record(static_cast<size_t>(fresh->record_floats()));
   st = fresh->Replace([&](const TableShard::PutFn& put) {
@@ -187,7 +181,7 @@ int32_t tfx_emb_set_optimizer(int64_t id, const tfx_emb_optimizer* optimizer, ch
       return put(row, record.data());
     });
   });
-  if (!st.ok()) return Report(st, err, err_len);
+  if (!st.ok()) return ReportToC(st, err, err_len);
   std::lock_guard<std::mutex> lock(g_mu);
   g_tables[id] = std::shared_ptr<TableShard>(std::move(fresh));
   return 0;
@@ -195,12 +189,12 @@ int32_t tfx_emb_set_optimizer(int64_t id, const tfx_emb_optimizer* optimizer, ch
 
 int32_t tfx_emb_shard_of(const int64_t* ids, int64_t n, int32_t num_shards, int32_t dynamic, int32_t* out,
                          char* err, int32_t err_len) {
-  if (num_shards < 1) return Report(InvalidArgument("num_shards must be >= 1"), err, err_len);
+  if (num_shards < 1) return ReportToC(InvalidArgument("num_shards must be >= 1"), err, err_len);
   if (n < 0 || (n > 0 && (ids == nullptr || out == nullptr)))
-    return Report(InvalidArgument("bad ids or output"), err, err_len);
+    return ReportToC(InvalidArgument("bad ids or output"), err, err_len);
   for (int64_t i = 0; i < n; ++i) {
     if (!dynamic && ids[i] < 0)
-      return Report(Status(Code::kOutOfRange, "id " + std::to_string(ids[i]) + " (position " + std::to_string(i) +
+      return ReportToC(Status(Code::kOutOfRange, "id " + std::to_string(ids[i]) + " (position " + std::to_string(i) +
                                                   ") is negative: fixed tables hold ids >= 0"),
                     err, err_len);
     out[i] = tfx::embedding::ShardOf(ids[i], num_shards, dynamic != 0);

@@ -1,7 +1,7 @@
 /* The C interface of libtfx_embedding: table shards for ctypes (Python) and,
  * later, the parameter server and its TensorFlow ops.
  *
- * Every function returns a status code (tfx::embedding::Code: 0 OK,
+ * Every function returns a status code (tfx::Code: 0 OK,
  * 3 INVALID_ARGUMENT, 5 NOT_FOUND, 9 FAILED_PRECONDITION, 11 OUT_OF_RANGE,
  * 13 INTERNAL, 15 DATA_LOSS) and writes the message into err (err_len
  * bytes, NUL-terminated, may be NULL). Nothing aborts on bad input.

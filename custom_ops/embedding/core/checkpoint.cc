@@ -112,27 +112,27 @@ class Reader {
     char magic[8];
     uint32_t version = 0, name_len = 0;
     int32_t reserved = 0;
-    TFX_EMB_RETURN_IF_ERROR(Read(magic, sizeof(magic)));
+    TFX_RETURN_IF_ERROR(Read(magic, sizeof(magic)));
     if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0)
       return Error(Code::kDataLoss, "not an embedding checkpoint (bad magic)");
-    TFX_EMB_RETURN_IF_ERROR(Get(&version));
+    TFX_RETURN_IF_ERROR(Get(&version));
     if (version != kVersion)
       return Error(Code::kDataLoss, "format version " + std::to_string(version) + ", this build reads " +
                                         std::to_string(kVersion));
-    TFX_EMB_RETURN_IF_ERROR(Get(&name_len));
-    for (auto* field : {&h->table_id, &h->dim, &h->num_rows}) TFX_EMB_RETURN_IF_ERROR(Get(field));
-    TFX_EMB_RETURN_IF_ERROR(Get(&h->shard_index));
-    TFX_EMB_RETURN_IF_ERROR(Get(&h->num_shards));
-    TFX_EMB_RETURN_IF_ERROR(Get(&h->seed));
-    TFX_EMB_RETURN_IF_ERROR(Get(&h->initializer_kind));
-    TFX_EMB_RETURN_IF_ERROR(Get(&h->optimizer_kind));
-    TFX_EMB_RETURN_IF_ERROR(Get(&h->init_a));
-    TFX_EMB_RETURN_IF_ERROR(Get(&h->init_b));
-    TFX_EMB_RETURN_IF_ERROR(Get(&h->num_slots));
-    TFX_EMB_RETURN_IF_ERROR(Get(&reserved));
+    TFX_RETURN_IF_ERROR(Get(&name_len));
+    for (auto* field : {&h->table_id, &h->dim, &h->num_rows}) TFX_RETURN_IF_ERROR(Get(field));
+    TFX_RETURN_IF_ERROR(Get(&h->shard_index));
+    TFX_RETURN_IF_ERROR(Get(&h->num_shards));
+    TFX_RETURN_IF_ERROR(Get(&h->seed));
+    TFX_RETURN_IF_ERROR(Get(&h->initializer_kind));
+    TFX_RETURN_IF_ERROR(Get(&h->optimizer_kind));
+    TFX_RETURN_IF_ERROR(Get(&h->init_a));
+    TFX_RETURN_IF_ERROR(Get(&h->init_b));
+    TFX_RETURN_IF_ERROR(Get(&h->num_slots));
+    TFX_RETURN_IF_ERROR(Get(&reserved));
     if (name_len > (1u << 16)) return Error(Code::kDataLoss, "corrupt header (name length)");
     h->name.resize(name_len);
-    TFX_EMB_RETURN_IF_ERROR(Read(h->name.data(), name_len));
+    TFX_RETURN_IF_ERROR(Read(h->name.data(), name_len));
     if (h->dim <= 0 || h->num_slots < 0 || h->num_slots > 8 || h->num_shards < 1 || h->shard_index < 0 ||
         h->shard_index >= h->num_shards || h->num_rows < 0)
       return Error(Code::kDataLoss, "corrupt header");
@@ -150,8 +150,8 @@ class Reader {
     const uint64_t expected = hash_;
     int64_t count = 0;
     uint64_t checksum = 0;
-    TFX_EMB_RETURN_IF_ERROR(Get(&count));
-    TFX_EMB_RETURN_IF_ERROR(Get(&checksum));
+    TFX_RETURN_IF_ERROR(Get(&count));
+    TFX_RETURN_IF_ERROR(Get(&checksum));
     if (count != records)
       return Error(Code::kDataLoss, "the footer counts " + std::to_string(count) + " records, the file has " +
                                         std::to_string(records));
@@ -197,21 +197,21 @@ Status CheckCompatible(const Reader& r, const Header& h, const TableShard& shard
 Status ForEachRecord(const std::string& path, const TableShard& shard, Header* header,
                      const std::function<Status(int64_t id, const float* record)>& put) {
   Reader r;
-  TFX_EMB_RETURN_IF_ERROR(r.Open(path));
-  TFX_EMB_RETURN_IF_ERROR(r.ReadHeader(header));
-  TFX_EMB_RETURN_IF_ERROR(CheckCompatible(r, *header, shard));
+  TFX_RETURN_IF_ERROR(r.Open(path));
+  TFX_RETURN_IF_ERROR(r.ReadHeader(header));
+  TFX_RETURN_IF_ERROR(CheckCompatible(r, *header, shard));
   const int64_t records = r.RecordsLeft(*header);
   std::vector<float> record(shard.record_floats());
   for (int64_t i = 0; i < records; ++i) {
     int64_t id = 0;
-    TFX_EMB_RETURN_IF_ERROR(r.Get(&id));
-    TFX_EMB_RETURN_IF_ERROR(r.Read(record.data(), record.size() * sizeof(float)));
+    TFX_RETURN_IF_ERROR(r.Get(&id));
+    TFX_RETURN_IF_ERROR(r.Read(record.data(), record.size() * sizeof(float)));
     if ((header->num_rows > 0 && (id < 0 || id >= header->num_rows)) ||
         ShardOf(id, header->num_shards, header->num_rows == 0) != header->shard_index)
       return r.Error(Code::kDataLoss, "record " + std::to_string(i) + " has id " + std::to_string(id) +
                                           ", which shard " + std::to_string(header->shard_index) +
                                           " of that table cannot hold");
-    TFX_EMB_RETURN_IF_ERROR(put(id, record.data()));
+    TFX_RETURN_IF_ERROR(put(id, record.data()));
   }
   return r.ReadFooter(records);
 }
@@ -256,7 +256,7 @@ Status RestoreShard(TableShard* shard, const std::vector<std::string>& paths) {
   std::vector<std::string> path_of_shard;
   for (const std::string& path : paths) {
     Header h;
-    TFX_EMB_RETURN_IF_ERROR(ForEachRecord(path, *shard, &h, [](int64_t, const float*) { return Status::Ok(); }));
+    TFX_RETURN_IF_ERROR(ForEachRecord(path, *shard, &h, [](int64_t, const float*) { return Status::Ok(); }));
     if (path_of_shard.empty()) path_of_shard.resize(h.num_shards);
     if (static_cast<int32_t>(path_of_shard.size()) != h.num_shards)
       return InvalidArgument("embedding checkpoint " + path + " was written by a job of " +
@@ -276,7 +276,7 @@ Status RestoreShard(TableShard* shard, const std::vector<std::string>& paths) {
   Status st = shard->Replace([&](const TableShard::PutFn& put) {
     for (const std::string& path : paths) {
       Header h;
-      TFX_EMB_RETURN_IF_ERROR(ForEachRecord(path, *shard, &h, [&](int64_t id, const float* record) {
+      TFX_RETURN_IF_ERROR(ForEachRecord(path, *shard, &h, [&](int64_t id, const float* record) {
         return ShardOf(id, c.num_shards, c.dynamic()) == c.shard_index ? put(id, record) : Status::Ok();
       }));
     }

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "custom_ops/embedding/core/status.h"
+#include "custom_ops/common/status.h"
 #include "custom_ops/embedding/core/table.h"
 
 namespace tfx::embedding {

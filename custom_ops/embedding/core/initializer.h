@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "custom_ops/embedding/core/status.h"
+#include "custom_ops/common/status.h"
 
 namespace tfx::embedding {
 

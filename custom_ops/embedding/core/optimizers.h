@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "custom_ops/embedding/core/optimizer_rules.h"
-#include "custom_ops/embedding/core/status.h"
+#include "custom_ops/common/status.h"
 
 namespace tfx::embedding {
 

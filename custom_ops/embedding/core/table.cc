@@ -15,7 +15,7 @@ Status ValidateConfig(const TableConfig& c) {
   if (c.num_shards < 1 || c.shard_index < 0 || c.shard_index >= c.num_shards)
     return InvalidArgument("want 0 <= shard_index < num_shards, got shard " + std::to_string(c.shard_index) +
                            " of " + std::to_string(c.num_shards));
-  TFX_EMB_RETURN_IF_ERROR(ValidateInitializer(c.initializer));
+  TFX_RETURN_IF_ERROR(ValidateInitializer(c.initializer));
   return ValidateOptimizer(c.optimizer);
 }
 
@@ -205,7 +205,7 @@ void TableShard::ForEachRecord(const int64_t* ids, int64_t n, bool create, size_
 }
 
 Status TableShard::Lookup(const int64_t* ids, int64_t n, float* out) {
-  TFX_EMB_RETURN_IF_ERROR(CheckIds(ids, n));
+  TFX_RETURN_IF_ERROR(CheckIds(ids, n));
   if (n > 0 && out == nullptr) return InvalidArgument(description_ + ": lookup output is null");
   LookupChecked(ids, n, out);
   return Status::Ok();
@@ -223,7 +223,7 @@ void TableShard::LookupChecked(const int64_t* ids, int64_t n, float* out) {
 }
 
 Status TableShard::ApplyGradients(const int64_t* ids, int64_t n, const float* grads, const StepParams& params) {
-  TFX_EMB_RETURN_IF_ERROR(CheckIds(ids, n));
+  TFX_RETURN_IF_ERROR(CheckIds(ids, n));
   Status st = ValidateStep(config_.optimizer, params);
   if (!st.ok()) return st.WithPrefix(description_ + ": ");
   if (n == 0) return Status::Ok();
@@ -245,7 +245,7 @@ Status TableShard::ApplySums(const RowSums& sums, const StepParams& params) {
   if (sums.dim() != config_.dim)
     return InvalidArgument(description_ + ": summed gradients of " + std::to_string(sums.dim()) +
                            " floats per row, expected " + std::to_string(config_.dim));
-  TFX_EMB_RETURN_IF_ERROR(CheckIds(sums.ids(), sums.size()));
+  TFX_RETURN_IF_ERROR(CheckIds(sums.ids(), sums.size()));
   Status st = ValidateStep(config_.optimizer, params);
   if (!st.ok()) return st.WithPrefix(description_ + ": ");
   ApplySumsChecked(sums, params);
@@ -260,7 +260,7 @@ void TableShard::ApplySumsChecked(const RowSums& sums, const StepParams& params)
 }
 
 Status TableShard::ReadRecord(int64_t id, float* out) const {
-  TFX_EMB_RETURN_IF_ERROR(CheckIds(&id, 1));
+  TFX_RETURN_IF_ERROR(CheckIds(&id, 1));
   std::shared_lock<std::shared_mutex> lock(mu_);
   const float* record = nullptr;
   int64_t stripe = 0;
@@ -282,14 +282,14 @@ Status TableShard::ReadRecord(int64_t id, float* out) const {
 }
 
 Status TableShard::ReadRecords(const int64_t* ids, int64_t n, float* out) const {
-  TFX_EMB_RETURN_IF_ERROR(CheckIds(ids, n));
+  TFX_RETURN_IF_ERROR(CheckIds(ids, n));
   if (n > 0 && out == nullptr) return InvalidArgument(description_ + ": record output is null");
-  for (int64_t i = 0; i < n; ++i) TFX_EMB_RETURN_IF_ERROR(ReadRecord(ids[i], out + i * record_floats_));
+  for (int64_t i = 0; i < n; ++i) TFX_RETURN_IF_ERROR(ReadRecord(ids[i], out + i * record_floats_));
   return Status::Ok();
 }
 
 Status TableShard::WriteRecords(const int64_t* ids, int64_t n, const float* records) {
-  TFX_EMB_RETURN_IF_ERROR(CheckIds(ids, n));
+  TFX_RETURN_IF_ERROR(CheckIds(ids, n));
   if (n == 0) return Status::Ok();
   if (records == nullptr) return InvalidArgument(description_ + ": records are null");
   for (int64_t k = 0; k < n * record_floats_; ++k) {
@@ -315,7 +315,7 @@ Status TableShard::ForEachStoredRow(const std::function<Status(int64_t id, const
   };
   if (config_.dynamic()) {
     for (int64_t slot = 0; slot < static_cast<int64_t>(id_of_slot_.size()); ++slot)
-      TFX_EMB_RETURN_IF_ERROR(visit_copy(id_of_slot_[slot], slot, SlotRecord(slot)));
+      TFX_RETURN_IF_ERROR(visit_copy(id_of_slot_[slot], slot, SlotRecord(slot)));
     return Status::Ok();
   }
   const int64_t rows = NumRows();
@@ -324,7 +324,7 @@ Status TableShard::ForEachStoredRow(const std::function<Status(int64_t id, const
     if (block == nullptr) continue;
     for (int64_t local = b * kBlockRows; local < std::min(rows, (int64_t(b) + 1) * kBlockRows); ++local) {
       const int64_t id = local * config_.num_shards + config_.shard_index;
-      TFX_EMB_RETURN_IF_ERROR(visit_copy(id, local, block + (local % kBlockRows) * record_floats_));
+      TFX_RETURN_IF_ERROR(visit_copy(id, local, block + (local % kBlockRows) * record_floats_));
     }
   }
   return Status::Ok();
@@ -334,7 +334,7 @@ Status TableShard::Replace(const std::function<Status(const PutFn& put)>& fill) 
   std::unique_lock<std::shared_mutex> lock(mu_);
   Clear();
   const PutFn put = [&](int64_t id, const float* record) -> Status {
-    TFX_EMB_RETURN_IF_ERROR(CheckIds(&id, 1));
+    TFX_RETURN_IF_ERROR(CheckIds(&id, 1));
     float* dest = config_.dynamic() ? SlotRecord(AddRow(id)) : FixedRecord(LocalRow(id), /*create=*/true);
     std::memcpy(dest, record, record_floats_ * sizeof(float));
     return Status::Ok();

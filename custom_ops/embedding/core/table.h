@@ -44,7 +44,7 @@
 #include "custom_ops/embedding/core/initializer.h"
 #include "custom_ops/embedding/core/optimizers.h"
 #include "custom_ops/embedding/core/row_sums.h"
-#include "custom_ops/embedding/core/status.h"
+#include "custom_ops/common/status.h"
 
 namespace tfx::embedding {
 

@@ -12,9 +12,9 @@
 
 namespace tfx::ps {
 
-using embedding::Code;
-using embedding::InvalidArgument;
-using embedding::Status;
+using tfx::Code;
+using tfx::InvalidArgument;
+using tfx::Status;
 
 struct ParameterServer::Table {
   embedding::TableConfig config;  // as the workers described it, with this shard's place
@@ -49,7 +49,7 @@ Status CheckRows(const embedding::TableShard& shard, int worker, const char* req
   if (n_values != n * dim)
     return InvalidArgument(shard.description() + ": " + request + " of " + std::to_string(n) + " ids carries " +
                            std::to_string(n_values) + " " + what + " values, expected " + std::to_string(n * dim));
-  TFX_EMB_RETURN_IF_ERROR(shard.CheckIds(ids, n));
+  TFX_RETURN_IF_ERROR(shard.CheckIds(ids, n));
   for (int64_t i = 0; i < n_values; ++i) {
     if (!std::isfinite(values[i]))
       return InvalidArgument(shard.description() + ": " + what + " value of id " + std::to_string(ids[i / dim]) +
@@ -130,7 +130,7 @@ Status ParameterServer::CreateTable(int worker, const char* payload, size_t len)
   }
   auto table = std::make_unique<Table>();
   std::unique_ptr<embedding::TableShard> shard;
-  TFX_EMB_RETURN_IF_ERROR(embedding::TableShard::Create(config, &shard));
+  TFX_RETURN_IF_ERROR(embedding::TableShard::Create(config, &shard));
   table->shard = std::move(shard);
   table->config = config;
   tables_.emplace(config.table_id, std::move(table));
@@ -149,7 +149,7 @@ Status ParameterServer::WaitForVersion(int64_t version) {
       std::string late;
       for (int w = 0; w < options_.num_workers; ++w)
         if (closed_[w] <= version_) late += (late.empty() ? "" : ", ") + std::to_string(w);
-      return Status(Code::kFailedPrecondition,
+      return Status(Code::kDeadlineExceeded,
                     "timed out after " + Seconds(options_.timeout_s) + " waiting for training step " +
                         std::to_string(version_) + " to end: worker(s) " + late +
                         " have not finished it (stuck, dead, or running fewer steps than the others; "
@@ -165,7 +165,7 @@ Status ParameterServer::Lookup(int worker, const char* payload, size_t len, cons
   const int64_t* ids;
   if (!r.Get(&table_id) || !r.Get(&min_version) || !r.GetArray(&ids, &n) || !r.done())
     return Malformed(kLookup, worker);
-  if (options_.synchronous) TFX_EMB_RETURN_IF_ERROR(WaitForVersion(min_version));
+  if (options_.synchronous) TFX_RETURN_IF_ERROR(WaitForVersion(min_version));
   Status st;
   std::shared_ptr<embedding::TableShard> shard;
   if (Find(table_id, &st, &shard) == nullptr) return st;
@@ -174,7 +174,7 @@ Status ParameterServer::Lookup(int worker, const char* payload, size_t len, cons
     // Rows go out as they are gathered, each piece straight into the
     // transport's buffer; everything that can fail is checked before the
     // first byte leaves. A failed send is the service's to report.
-    TFX_EMB_RETURN_IF_ERROR(shard->CheckIds(ids, n));
+    TFX_RETURN_IF_ERROR(shard->CheckIds(ids, n));
     const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
     reply.stream(static_cast<size_t>(n) * row_bytes, row_bytes, [&](size_t offset, char* dst, size_t bytes) {
       shard->LookupChecked(ids + offset / row_bytes, static_cast<int64_t>(bytes / row_bytes),
@@ -199,7 +199,7 @@ Status ParameterServer::Push(int worker, const char* payload, size_t len) {
   std::shared_ptr<embedding::TableShard> shard;
   Table* table = Find(table_id, &st, &shard);
   if (table == nullptr) return st;
-  TFX_EMB_RETURN_IF_ERROR(CheckRows(*shard, worker, "a push", "gradient", ids, n, grads, n_grads));
+  TFX_RETURN_IF_ERROR(CheckRows(*shard, worker, "a push", "gradient", ids, n, grads, n_grads));
   if (!std::isfinite(learning_rate) || learning_rate < 0)
     return InvalidArgument("learning rate " + std::to_string(learning_rate) + " from worker " +
                            std::to_string(worker));
@@ -208,7 +208,7 @@ Status ParameterServer::Push(int worker, const char* payload, size_t len) {
     embedding::StepParams params;
     params.learning_rate = learning_rate;
     params.step = table->applies + 1;
-    TFX_EMB_RETURN_IF_ERROR(shard->ApplyGradients(ids, n, grads, params));
+    TFX_RETURN_IF_ERROR(shard->ApplyGradients(ids, n, grads, params));
     ++table->applies;
     return Status::Ok();
   }
@@ -252,7 +252,7 @@ Status ParameterServer::ApplyStep(int64_t step) {
     embedding::StepParams params;
     params.learning_rate = p.learning_rate;
     params.step = table->applies + 1;
-    TFX_EMB_RETURN_IF_ERROR(table->shard->ApplySums(*p.sums, params));
+    TFX_RETURN_IF_ERROR(table->shard->ApplySums(*p.sums, params));
     ++table->applies;
     p.sums->Clear();
     table->spare = std::move(p.sums);
@@ -265,7 +265,7 @@ Status ParameterServer::SetOptimizer(int worker, const char* payload, size_t len
   int64_t table_id;
   embedding::OptimizerConfig optimizer;
   if (!DecodeSetOptimizer(payload, len, &table_id, &optimizer)) return Malformed(kSetOptimizer, worker);
-  TFX_EMB_RETURN_IF_ERROR(embedding::ValidateOptimizer(optimizer));
+  TFX_RETURN_IF_ERROR(embedding::ValidateOptimizer(optimizer));
   Status st;
   Table* table = Find(table_id, &st, nullptr);
   if (table == nullptr) return st;
@@ -280,10 +280,10 @@ Status ParameterServer::SetOptimizer(int worker, const char* payload, size_t len
   // A new shard with slots for this optimizer; the rows stored so far (from
   // lookups of dynamic ids, or a restore) keep their values.
   std::unique_ptr<embedding::TableShard> shard;
-  TFX_EMB_RETURN_IF_ERROR(embedding::TableShard::Create(config, &shard));
+  TFX_RETURN_IF_ERROR(embedding::TableShard::Create(config, &shard));
   const int64_t dim = config.dim;
   std::vector<float> record(static_cast<size_t>(shard->record_floats()));
-  TFX_EMB_RETURN_IF_ERROR(shard->Replace([&](const embedding::TableShard::PutFn& put) {
+  TFX_RETURN_IF_ERROR(shard->Replace([&](const embedding::TableShard::PutFn& put) {
     return table->shard->ForEachStoredRow([&](int64_t id, const float* old_record) {
       std::copy(old_record, old_record + dim, record.begin());
       embedding::InitialSlots(optimizer, dim, record.data() + dim);
@@ -304,7 +304,7 @@ Status ParameterServer::Save(int worker, const char* payload, size_t len, const 
   std::shared_ptr<embedding::TableShard> shard;
   Table* table = Find(table_id, &st, &shard);
   if (table == nullptr) return st;
-  TFX_EMB_RETURN_IF_ERROR(embedding::SaveShard(*shard, path));
+  TFX_RETURN_IF_ERROR(embedding::SaveShard(*shard, path));
   int64_t applies;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -328,7 +328,7 @@ Status ParameterServer::Restore(int worker, const char* payload, size_t len) {
   std::shared_ptr<embedding::TableShard> shard;
   Table* table = Find(table_id, &st, &shard);
   if (table == nullptr) return st;
-  TFX_EMB_RETURN_IF_ERROR(embedding::RestoreShard(shard.get(), paths));
+  TFX_RETURN_IF_ERROR(embedding::RestoreShard(shard.get(), paths));
   std::lock_guard<std::mutex> lock(mu_);
   table->applies = applies;
   return Status::Ok();
@@ -347,25 +347,25 @@ Status ParameterServer::Assign(int worker, const char* payload, size_t len) {
   std::shared_ptr<embedding::TableShard> current;
   Table* table = Find(table_id, &st, &current);
   if (table == nullptr) return st;
-  TFX_EMB_RETURN_IF_ERROR(CheckRows(*current, worker, "an assignment", "row", ids, n, values, n_values));
+  TFX_RETURN_IF_ERROR(CheckRows(*current, worker, "an assignment", "row", ids, n, values, n_values));
   const int64_t dim = current->config().dim;
   std::lock_guard<std::mutex> lock(mu_);
   // A new shard, swapped in whole (as SET_OPTIMIZER does): readers holding the
   // old one finish on it, and a failure leaves the table as it was.
   std::unique_ptr<embedding::TableShard> shard;
-  TFX_EMB_RETURN_IF_ERROR(embedding::TableShard::Create(table->config, &shard));
+  TFX_RETURN_IF_ERROR(embedding::TableShard::Create(table->config, &shard));
   std::vector<float> record(static_cast<size_t>(shard->record_floats()));
   const std::unordered_set<int64_t> assigned(ids, ids + n);
-  TFX_EMB_RETURN_IF_ERROR(shard->Replace([&](const embedding::TableShard::PutFn& put) -> Status {
+  TFX_RETURN_IF_ERROR(shard->Replace([&](const embedding::TableShard::PutFn& put) -> Status {
     if (!first) {  // a later chunk: keep the rows the earlier ones set
-      TFX_EMB_RETURN_IF_ERROR(table->shard->ForEachStoredRow([&](int64_t id, const float* old_record) {
+      TFX_RETURN_IF_ERROR(table->shard->ForEachStoredRow([&](int64_t id, const float* old_record) {
         return assigned.count(id) ? Status::Ok() : put(id, old_record);
       }));
     }
     for (int64_t i = 0; i < n; ++i) {
       std::copy(values + i * dim, values + (i + 1) * dim, record.begin());
       embedding::InitialSlots(table->config.optimizer, dim, record.data() + dim);
-      TFX_EMB_RETURN_IF_ERROR(put(ids[i], record.data()));
+      TFX_RETURN_IF_ERROR(put(ids[i], record.data()));
     }
     return Status::Ok();
   }));

@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "custom_ops/embedding/core/status.h"
+#include "custom_ops/common/status.h"
 #include "custom_ops/embedding/core/table.h"
 
 namespace tfx::ps {
@@ -60,7 +60,7 @@ class ParameterServer {
     std::function<bool(size_t bytes, size_t record_bytes, const FillFn& fill)> stream;  // may be empty
   };
   // Serves one request of `worker` (any thread; see the top of this file).
-  embedding::Status Handle(int worker, uint16_t kind, const char* payload, size_t len,
+  tfx::Status Handle(int worker, uint16_t kind, const char* payload, size_t len,
                            const ReplyBuffer& reply);
   // Wakes every waiting LOOKUP (they fail): the service is stopping.
   void Stop();
@@ -70,21 +70,21 @@ class ParameterServer {
  private:
   struct Table;  // a shard and its pushes of open steps
 
-  embedding::Status CreateTable(int worker, const char* payload, size_t len);
-  embedding::Status Lookup(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
-  embedding::Status Push(int worker, const char* payload, size_t len);
-  embedding::Status StepDone(int worker, const char* payload, size_t len);
-  embedding::Status Save(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
-  embedding::Status Restore(int worker, const char* payload, size_t len);
-  embedding::Status SetOptimizer(int worker, const char* payload, size_t len);
-  embedding::Status Assign(int worker, const char* payload, size_t len);
+  tfx::Status CreateTable(int worker, const char* payload, size_t len);
+  tfx::Status Lookup(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
+  tfx::Status Push(int worker, const char* payload, size_t len);
+  tfx::Status StepDone(int worker, const char* payload, size_t len);
+  tfx::Status Save(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
+  tfx::Status Restore(int worker, const char* payload, size_t len);
+  tfx::Status SetOptimizer(int worker, const char* payload, size_t len);
+  tfx::Status Assign(int worker, const char* payload, size_t len);
 
   // The table and (if shard) its current shard, or null and why.
-  Table* Find(int64_t table_id, embedding::Status* error,
+  Table* Find(int64_t table_id, tfx::Status* error,
               std::shared_ptr<embedding::TableShard>* shard) const;
   // Applies every table's pushes of `step` (mu_ held).
-  embedding::Status ApplyStep(int64_t step);
-  embedding::Status WaitForVersion(int64_t version);
+  tfx::Status ApplyStep(int64_t step);
+  tfx::Status WaitForVersion(int64_t version);
   std::string Who(int worker) const { return "worker " + std::to_string(worker); }
 
   const ParameterServerOptions options_;
@@ -93,7 +93,7 @@ class ParameterServer {
   std::map<int64_t, std::unique_ptr<Table>> tables_;  // guarded by mu_ (the map, not the shards)
   std::vector<int64_t> closed_;  // steps each worker has closed; guarded by mu_
   int64_t version_ = 0;          // steps applied; guarded by mu_
-  embedding::Status failed_;          // an apply that failed poisons later steps; guarded by mu_
+  tfx::Status failed_;          // an apply that failed poisons later steps; guarded by mu_
   bool stopping_ = false;        // guarded by mu_
 };
 

@@ -6,12 +6,14 @@
 #include <mutex>
 
 #include "custom_ops/comm/core/service/service_c_api.h"
+#include "custom_ops/common/c_api_error.h"
 #include "custom_ops/embedding/core/c_config.h"
 #include "custom_ops/embedding/server/parameter_server.h"
 #include "custom_ops/embedding/server/ps_client.h"
 
-using tfx::embedding::Code;
-using tfx::embedding::Status;
+using tfx::Code;
+using tfx::ReportToC;
+using tfx::Status;
 
 namespace {
 
@@ -25,29 +27,9 @@ std::shared_ptr<tfx::ps::PsClient> Find(int64_t id) {
   return it == g_clients.end() ? nullptr : it->second;
 }
 
-int32_t Report(const Status& st, char* err, int32_t len) {
-  if (!st.ok() && err != nullptr && len > 0) {
-    std::strncpy(err, st.message().c_str(), static_cast<size_t>(len) - 1);
-    err[len - 1] = '\0';
-  }
-  return static_cast<int32_t>(st.code());
-}
-
 Status NoClient(int64_t id) {
   return Status(Code::kInvalidArgument, "no parameter-server client with id " + std::to_string(id) +
                                             " in this process (was it closed?)");
-}
-
-// The service's status codes (tfx::comm::Code) for the store's.
-int32_t ServiceCode(Code code) {
-  switch (code) {
-    case Code::kOk: return 0;
-    case Code::kInvalidArgument:
-    case Code::kNotFound:
-    case Code::kOutOfRange: return 1;
-    case Code::kFailedPrecondition: return 2;  // a step that did not end in time
-    default: return 6;
-  }
 }
 
 using FillFn = tfx::ps::ParameterServer::ReplyBuffer::FillFn;
@@ -67,7 +49,7 @@ void HandleRequest(void* arg, int32_t client, int32_t kind, const void* payload,
       });
   const Status st = server->Handle(client, static_cast<uint16_t>(kind), static_cast<const char*>(payload),
                                    static_cast<size_t>(payload_bytes), sink);
-  if (!st.ok()) tfx_service_reply_fail(reply, ServiceCode(st.code()), st.message().c_str());
+  if (!st.ok()) tfx_service_reply_fail(reply, static_cast<int32_t>(st.code()), st.message().c_str());
 }
 
 // A lost worker can never end its step: the others' waits fail at once.
@@ -112,35 +94,35 @@ int32_t tfx_ps_client_destroy(int64_t id) {
 
 int32_t tfx_ps_create_table(int64_t id, const tfx_emb_table_config* config, char* err, int32_t err_len) {
   auto client = Find(id);
-  if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->CreateTable(tfx::embedding::ConfigFromC(*config)), err, err_len);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->CreateTable(tfx::embedding::ConfigFromC(*config)), err, err_len);
 }
 
 int32_t tfx_ps_set_optimizer(int64_t id, int64_t table_id, const tfx_emb_optimizer* optimizer, char* err,
                              int32_t err_len) {
   auto client = Find(id);
-  if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->SetOptimizer(table_id, tfx::embedding::OptimizerFromC(*optimizer)), err, err_len);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->SetOptimizer(table_id, tfx::embedding::OptimizerFromC(*optimizer)), err, err_len);
 }
 
 int32_t tfx_ps_lookup(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, float* out, char* err,
                       int32_t err_len) {
   auto client = Find(id);
-  if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->Lookup(table_id, ids, n, out), err, err_len);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->Lookup(table_id, ids, n, out), err, err_len);
 }
 
 int32_t tfx_ps_push(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, const float* grads,
                     float learning_rate, char* err, int32_t err_len) {
   auto client = Find(id);
-  if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->Push(table_id, ids, n, grads, learning_rate), err, err_len);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->Push(table_id, ids, n, grads, learning_rate), err, err_len);
 }
 
 int32_t tfx_ps_step_done(int64_t id, char* err, int32_t err_len) {
   auto client = Find(id);
-  if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->StepDone(), err, err_len);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->StepDone(), err, err_len);
 }
 
 int64_t tfx_ps_steps(int64_t id) {
@@ -151,22 +133,22 @@ int64_t tfx_ps_steps(int64_t id) {
 int32_t tfx_ps_save(int64_t id, int64_t table_id, const char* prefix, int64_t* applies, char* err,
                     int32_t err_len) {
   auto client = Find(id);
-  if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->Save(table_id, prefix, applies), err, err_len);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->Save(table_id, prefix, applies), err, err_len);
 }
 
 int32_t tfx_ps_restore(int64_t id, int64_t table_id, const char* const* paths, int32_t n, int64_t applies,
                        char* err, int32_t err_len) {
   auto client = Find(id);
-  if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->Restore(table_id, std::vector<std::string>(paths, paths + n), applies), err, err_len);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->Restore(table_id, std::vector<std::string>(paths, paths + n), applies), err, err_len);
 }
 
 int32_t tfx_ps_assign(int64_t id, int64_t table_id, const int64_t* ids, int64_t n, const float* values,
                       int64_t applies, int64_t max_chunk_bytes, char* err, int32_t err_len) {
   auto client = Find(id);
-  if (!client) return Report(NoClient(id), err, err_len);
-  return Report(client->Assign(table_id, ids, n, values, applies, max_chunk_bytes), err, err_len);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->Assign(table_id, ids, n, values, applies, max_chunk_bytes), err, err_len);
 }
 
 }  // extern "C"

@@ -2,7 +2,7 @@
  * and the TensorFlow kernels (_ps_ops.so links this library, so a client
  * created from Python is found by its id in the kernels).
  *
- * Status codes are tfx::embedding::Code (TensorFlow's numbering, 0 = OK);
+ * Status codes are tfx::Code (TensorFlow's numbering, 0 = OK);
  * an error's message goes to (err, err_len). Table configurations use the
  * embedding store's tfx_emb_table_config (custom_ops/embedding/core/c_api.h;
  * shard_index and num_shards are the servers' to fill in).

@@ -9,20 +9,10 @@
 
 namespace tfx::ps {
 
-using embedding::Code;
-using embedding::Status;
+using tfx::Code;
+using tfx::Status;
 
 namespace {
-
-// Service codes are tfx::comm::Code: 1 invalid argument, 2 timeout, 3 peer
-// gone, 4 protocol, 5 mismatch, 6 internal, 7 aborted.
-Code FromServiceCode(int32_t code) {
-  switch (code) {
-    case 1: return Code::kInvalidArgument;
-    case 2: return Code::kFailedPrecondition;
-    default: return Code::kInternal;
-  }
-}
 
 // Writes the count and then ids[i] for each i in positions (codec.h's array layout).
 void PutSelected(const int64_t* ids, const std::vector<int64_t>& positions, Writer* w) {
@@ -86,14 +76,14 @@ Status PsClient::CallAll(uint16_t kind, const std::vector<std::string>& payloads
   const int32_t rc = tfx_service_client_call(service_client_, requests.data(),
                                              static_cast<int32_t>(requests.size()), err, sizeof(err));
   if (rc != 0)
-    return Status(FromServiceCode(rc), std::string("worker ") + std::to_string(worker_) + ": " + KindName(kind) +
+    return Status(tfx::CodeFromInt(rc, Code::kInternal), std::string("worker ") + std::to_string(worker_) + ": " + KindName(kind) +
                                            " failed: " + err);
   return Status::Ok();
 }
 
 Status PsClient::Route(int64_t table_id, const int64_t* ids, int64_t n, TableInfo* info,
                        std::vector<std::vector<int64_t>>* positions) {
-  TFX_EMB_RETURN_IF_ERROR(Info(table_id, info));
+  TFX_RETURN_IF_ERROR(Info(table_id, info));
   positions->assign(num_servers_, {});
   for (auto& p : *positions) p.reserve(static_cast<size_t>(n / num_servers_ + n / (4 * num_servers_) + 16));
   for (int64_t i = 0; i < n; ++i) {
@@ -115,7 +105,7 @@ Status PsClient::Info(int64_t table_id, TableInfo* info) {
 }
 
 Status PsClient::CreateTable(const embedding::TableConfig& config) {
-  TFX_EMB_RETURN_IF_ERROR(CallAll(kCreateTable, std::vector<std::string>(num_servers_, EncodeCreateTable(config))));
+  TFX_RETURN_IF_ERROR(CallAll(kCreateTable, std::vector<std::string>(num_servers_, EncodeCreateTable(config))));
   std::lock_guard<std::mutex> lock(mu_);
   tables_[config.table_id] = TableInfo{config.dim, config.dynamic()};
   return Status::Ok();
@@ -128,7 +118,7 @@ Status PsClient::SetOptimizer(int64_t table_id, const embedding::OptimizerConfig
 Status PsClient::Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* out) {
   TableInfo info;
   std::vector<std::vector<int64_t>> positions;
-  TFX_EMB_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
+  TFX_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
   std::vector<std::string> payloads(num_servers_);
   for (int s = 0; s < num_servers_; ++s) {
     if (positions[s].empty()) continue;
@@ -147,7 +137,7 @@ Status PsClient::Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* 
 Status PsClient::Push(int64_t table_id, const int64_t* ids, int64_t n, const float* grads, float learning_rate) {
   TableInfo info;
   std::vector<std::vector<int64_t>> positions;
-  TFX_EMB_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
+  TFX_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
   std::vector<std::string> payloads(num_servers_);
   for (int s = 0; s < num_servers_; ++s) {
     if (positions[s].empty()) continue;
@@ -160,7 +150,7 @@ Status PsClient::Push(int64_t table_id, const int64_t* ids, int64_t n, const flo
     PutSelectedRows(grads, info.dim, positions[s], &w);
     payloads[s] = std::move(w.bytes());
   }
-  TFX_EMB_RETURN_IF_ERROR(CallAll(kPush, payloads));
+  TFX_RETURN_IF_ERROR(CallAll(kPush, payloads));
   pushed_.store(true);
   return Status::Ok();
 }
@@ -169,7 +159,7 @@ Status PsClient::StepDone() {
   if (!pushed_.exchange(false)) return Status::Ok();
   Writer w;
   w.Put(steps_.load());
-  TFX_EMB_RETURN_IF_ERROR(CallAll(kStepDone, std::vector<std::string>(num_servers_, w.bytes())));
+  TFX_RETURN_IF_ERROR(CallAll(kStepDone, std::vector<std::string>(num_servers_, w.bytes())));
   steps_.fetch_add(1);
   return Status::Ok();
 }
@@ -183,7 +173,7 @@ Status PsClient::Save(int64_t table_id, const std::string& prefix, int64_t* appl
     payloads[s] = std::move(w.bytes());
   }
   std::vector<std::vector<char>> replies;
-  TFX_EMB_RETURN_IF_ERROR(CallAll(kSave, payloads, &replies));
+  TFX_RETURN_IF_ERROR(CallAll(kSave, payloads, &replies));
   *applies = 0;
   for (int s = 0; s < num_servers_; ++s) {
     int64_t n = 0;
@@ -209,7 +199,7 @@ Status PsClient::Assign(int64_t table_id, const int64_t* ids, int64_t n, const f
                         int64_t max_chunk_bytes) {
   TableInfo info;
   std::vector<std::vector<int64_t>> positions;
-  TFX_EMB_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
+  TFX_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
   const int64_t row_bytes = static_cast<int64_t>(sizeof(int64_t) + info.dim * sizeof(float));
   const int64_t per_chunk = std::max<int64_t>(1, max_chunk_bytes / row_bytes);
   size_t most = 0;
@@ -233,7 +223,7 @@ Status PsClient::Assign(int64_t table_id, const int64_t* ids, int64_t n, const f
       PutSelectedRows(values, info.dim, chunk, &w);
       payloads[s] = std::move(w.bytes());
     }
-    TFX_EMB_RETURN_IF_ERROR(CallAll(kAssign, payloads));
+    TFX_RETURN_IF_ERROR(CallAll(kAssign, payloads));
   }
   return Status::Ok();
 }

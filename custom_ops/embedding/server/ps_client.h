@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "custom_ops/embedding/core/status.h"
+#include "custom_ops/common/status.h"
 #include "custom_ops/embedding/core/table.h"
 
 namespace tfx::ps {
@@ -28,23 +28,23 @@ class PsClient {
   // server order. Does not own it.
   PsClient(int64_t service_client, int num_servers, int worker);
 
-  embedding::Status CreateTable(const embedding::TableConfig& config);
-  embedding::Status SetOptimizer(int64_t table_id, const embedding::OptimizerConfig& optimizer);
+  tfx::Status CreateTable(const embedding::TableConfig& config);
+  tfx::Status SetOptimizer(int64_t table_id, const embedding::OptimizerConfig& optimizer);
   // out: n * dim floats, the rows of ids (in order; ids may repeat).
-  embedding::Status Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* out);
-  embedding::Status Push(int64_t table_id, const int64_t* ids, int64_t n, const float* grads,
+  tfx::Status Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* out);
+  tfx::Status Push(int64_t table_id, const int64_t* ids, int64_t n, const float* grads,
                          float learning_rate);
   // Ends this worker's step if it pushed anything since the last one.
-  embedding::Status StepDone();
+  tfx::Status StepDone();
   // Each server writes its shard to prefix + ".shard-<s>-of-<S>"; *applies:
   // the most optimizer steps a server's shard has taken.
-  embedding::Status Save(int64_t table_id, const std::string& prefix, int64_t* applies);
+  tfx::Status Save(int64_t table_id, const std::string& prefix, int64_t* applies);
   // Each server reads its rows from all of paths (written by any number of
   // shards) and sets its step count to applies.
-  embedding::Status Restore(int64_t table_id, const std::vector<std::string>& paths, int64_t applies);
+  tfx::Status Restore(int64_t table_id, const std::vector<std::string>& paths, int64_t applies);
   // Sets the table to exactly these rows on every server (ASSIGN), slots restarting and the
   // step count set to applies, in requests of at most about max_chunk_bytes each.
-  embedding::Status Assign(int64_t table_id, const int64_t* ids, int64_t n, const float* values,
+  tfx::Status Assign(int64_t table_id, const int64_t* ids, int64_t n, const float* values,
                            int64_t applies, int64_t max_chunk_bytes);
 
   int64_t steps() const { return steps_.load(); }
@@ -64,11 +64,11 @@ class PsClient {
   };
   // Requests (kind, payload per server) to every server; checks every reply.
   // Replies go to *replies, or to rows when given.
-  embedding::Status CallAll(uint16_t kind, const std::vector<std::string>& payloads,
+  tfx::Status CallAll(uint16_t kind, const std::vector<std::string>& payloads,
                             std::vector<std::vector<char>>* replies = nullptr, const RowsInto* rows = nullptr);
-  embedding::Status Info(int64_t table_id, TableInfo* info);
+  tfx::Status Info(int64_t table_id, TableInfo* info);
   // The table's info, and positions[s]: the indices into ids of the ids server s holds.
-  embedding::Status Route(int64_t table_id, const int64_t* ids, int64_t n, TableInfo* info,
+  tfx::Status Route(int64_t table_id, const int64_t* ids, int64_t n, TableInfo* info,
                           std::vector<std::vector<int64_t>>* positions);
 
   const int64_t service_client_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "custom_ops/comm/core/c_api.h"
+#include "custom_ops/common/tf_status.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -35,20 +36,6 @@ int32_t DtypeCode(DataType dt) {
   }
 }
 
-absl::Status ToTfStatus(int32_t code, const std::string& msg) {
-  switch (code) {
-    case TFX_STATUS_OK: return absl::OkStatus();
-    case TFX_STATUS_INVALID_ARGUMENT: return absl::InvalidArgumentError(msg);
-    case TFX_STATUS_TIMEOUT: return absl::DeadlineExceededError(msg);
-    case TFX_STATUS_CONNECTION_CLOSED: return absl::UnavailableError(msg);
-    case TFX_STATUS_PROTOCOL: return absl::DataLossError(msg);
-    case TFX_STATUS_MISMATCH: return absl::FailedPreconditionError(msg);
-    case TFX_STATUS_ABORTED: return absl::AbortedError(msg);
-    case TFX_STATUS_INTERRUPTED: return absl::CancelledError(msg);
-    default: return absl::InternalError(msg);
-  }
-}
-
 // The attrs' values are constrained by the op registrations (comm_ops.cc).
 int32_t ReductionCode(const std::string& r) {
   return r == "sum" ? TFX_REDUCE_SUM : r == "mean" ? TFX_REDUCE_MEAN : r == "min" ? TFX_REDUCE_MIN : TFX_REDUCE_MAX;
@@ -72,7 +59,7 @@ struct CallState {
     CallState* s = static_cast<CallState*>(arg);
     if (code != 0) {
       std::lock_guard<std::mutex> lock(s->mu);
-      if (s->status.ok()) s->status = ToTfStatus(code, message);
+      if (s->status.ok()) s->status = TfStatusFromC(code, message);
     }
     if (s->remaining.fetch_sub(1) == 1) {
       s->ctx->SetStatus(s->status);
@@ -157,7 +144,7 @@ class CollectiveKernel : public AsyncOpKernel {
     char err[2048] = {0};
     const int32_t rc = tfx_comm_submit(comm_id_, entries.data(), n, err, sizeof(err));
     if (rc != 0) {  // nothing was submitted: no callback will come
-      ctx->SetStatus(ToTfStatus(rc, err));
+      ctx->SetStatus(TfStatusFromC(rc, err));
       auto cb = std::move(state->done);
       delete state;
       cb();

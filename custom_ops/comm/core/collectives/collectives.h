@@ -10,7 +10,7 @@
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/dtypes.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm {

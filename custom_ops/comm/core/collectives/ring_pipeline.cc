@@ -87,10 +87,10 @@ Status RunPipeline(const CollectiveContext& ctx, const std::vector<PipelineStep>
       detail += std::to_string(blamed->peer()) + " over " + blamed->transport() + " (" +
                 (want_recv ? Progress(rs, n_steps, roff, steps[rs].recv_bytes)
                            : Progress(ss, n_steps, soff, steps[ss].send_bytes)) + ")";
-      if (s.code() == Code::kTimeout) {
+      if (s.code() == Code::kDeadlineExceeded) {
         char secs[32];
         std::snprintf(secs, sizeof(secs), "%g", ctx.deadline->seconds());
-        return Status(Code::kTimeout,
+        return Status(Code::kDeadlineExceeded,
                       Prefix(ctx) + "timed out after " + secs + " s waiting " + detail +
                           ". Rank " + std::to_string(blamed->peer()) +
                           " may have died or be stuck; raise TFX_TIMEOUT_S if it is only slow.");

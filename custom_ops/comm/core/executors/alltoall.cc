@@ -27,7 +27,7 @@ class AlltoallExecutor : public Executor {
     const int n = ctx.size;
     const size_t k = entries.size(), nn = static_cast<size_t>(n) * n;
     if (resp.dim0s.size() != k * nn)
-      return Status(Code::kProtocol, "tfx_dist rank " + std::to_string(ctx.rank) + ": " + what +
+      return Status(Code::kDataLoss, "tfx_dist rank " + std::to_string(ctx.rank) + ": " + what +
                                          ": the response carries " + std::to_string(resp.dim0s.size()) +
                                          " splits, expected " + std::to_string(k * nn));
     // Rows tensor t sends to / receives from rank j.

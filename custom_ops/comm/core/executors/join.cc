@@ -12,7 +12,7 @@ class JoinExecutor : public Executor {
  public:
   Status Execute(const Response& resp, std::vector<Entry*>& entries, ExecContext&) override {
     if (resp.dim0s.size() != 1)
-      return Status(Code::kProtocol, "tfx_dist: the coordinator's answer to join carries no last rank");
+      return Status(Code::kDataLoss, "tfx_dist: the coordinator's answer to join carries no last rank");
     const int32_t last = static_cast<int32_t>(resp.dim0s[0]);
     for (Entry* e : entries) std::memcpy(e->output, &last, sizeof(last));
     return Status::Ok();

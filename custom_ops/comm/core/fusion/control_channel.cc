@@ -63,7 +63,7 @@ Status ControlChannel::ReadAvailable(std::vector<Frame>* frames) {
       if (!sealed_) { inbox_.append(buf, static_cast<size_t>(r)); continue; }
       Status st = sealed_->Open(buf, static_cast<size_t>(r), &inbox_);
       if (!st.ok())
-        return Status(Code::kProtocol, "tfx_dist rank " + std::to_string(rank_) +
+        return Status(Code::kDataLoss, "tfx_dist rank " + std::to_string(rank_) +
                                            ": the control connection from rank " + std::to_string(peer_) +
                                            ": " + st.message());
       continue;
@@ -81,7 +81,7 @@ Status ControlChannel::ReadAvailable(std::vector<Frame>* frames) {
     std::memcpy(&len, inbox_.data() + pos + 4, 4);
     const uint8_t type = static_cast<uint8_t>(inbox_[pos + 8]);
     if (magic != kFrameMagic || len > kMaxPayload || type < 1 || type > 3) {
-      return Status(Code::kProtocol, "tfx_dist rank " + std::to_string(rank_) +
+      return Status(Code::kDataLoss, "tfx_dist rank " + std::to_string(rank_) +
                                          ": unexpected bytes on the control connection from rank " +
                                          std::to_string(peer_) + " (not a tfx_dist control frame)");
     }
@@ -91,7 +91,7 @@ Status ControlChannel::ReadAvailable(std::vector<Frame>* frames) {
   }
   inbox_.erase(0, pos);
   if (eof) {
-    return Status(Code::kConnectionClosed,
+    return Status(Code::kUnavailable,
                   "tfx_dist rank " + std::to_string(rank_) + ": the control connection to rank " +
                       std::to_string(peer_) + " was closed (the process exited, crashed or closed its communicator)");
   }

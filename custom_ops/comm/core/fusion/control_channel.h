@@ -15,7 +15,7 @@
 
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/fusion/messages.h"
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 #include "custom_ops/comm/core/transport/sealed_stream.h"
 
 namespace tfx::comm {
@@ -37,7 +37,7 @@ class ControlChannel {
   // Thread-safe; blocks (bounded by deadline) until the frame is written.
   Status Send(MessageType type, const std::string& payload, const Deadline& deadline);
   // Reads what is available without blocking and appends complete frames.
-  // kConnectionClosed at EOF.
+  // kUnavailable at EOF.
   Status ReadAvailable(std::vector<Frame>* frames);
   void Shutdown();
 

@@ -41,7 +41,7 @@ class Reader {
 };
 
 Status Malformed(const char* what) {
-  return Status(Code::kProtocol, std::string("malformed ") + what + " message on the control connection");
+  return Status(Code::kDataLoss, std::string("malformed ") + what + " message on the control connection");
 }
 
 }  // namespace

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "custom_ops/comm/core/dtypes.h"
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 
 namespace tfx::comm {
 

@@ -134,7 +134,7 @@ void Runtime::Submit(std::vector<Entry> entries, bool wake_loop) {
     return;
   }
   for (Entry& e : late) {
-    e.done(Status(Code::kTimeout, "tfx_dist rank " + std::to_string(rank_) + ": collective '" + e.meta.key +
+    e.done(Status(Code::kDeadlineExceeded, "tfx_dist rank " + std::to_string(rank_) + ": collective '" + e.meta.key +
                                       "' was submitted after the other ranks timed out waiting for it"));
   }
   if (rank_ != 0) {
@@ -433,7 +433,7 @@ void Runtime::Run(const std::vector<Response>& responses) {
         const auto now = Clock::now();
         for (const Entry& e : entries) timeline_.Collective(e.meta, e.submitted, now, now, 0, resp.error);
       }
-      const Code code = resp.error.find("timed out") != std::string::npos ? Code::kTimeout : Code::kMismatch;
+      const Code code = resp.error.find("timed out") != std::string::npos ? Code::kDeadlineExceeded : Code::kFailedPrecondition;
       for (Entry& e : entries) e.done(Status(code, resp.error));
       continue;
     }
@@ -458,7 +458,7 @@ void Runtime::Run(const std::vector<Response>& responses) {
         timeline_.Collective(e.meta, e.submitted, start, end, entries.size(), st.ok() ? "" : st.message());
     }
     if (!st.ok()) st = RootCause(st);
-    if (st.code() == Code::kInterrupted) {
+    if (st.code() == Code::kCancelled) {
       st = Status(st.code(), "tfx_dist rank " + std::to_string(rank_) + ": " + st.message());
       interrupt::Deliver(st.message());  // before done: Python raises once the op returns
     }
@@ -489,7 +489,7 @@ void Runtime::KeepJoinWaiting() {
 }
 
 Status Runtime::RootCause(const Status& local) {
-  if (local.code() != Code::kConnectionClosed) return local;
+  if (local.code() != Code::kUnavailable) return local;
   const auto until = Clock::now() + std::chrono::milliseconds(300);
   while (Clock::now() < until) {
     std::vector<pollfd> fds;
@@ -508,7 +508,7 @@ Status Runtime::RootCause(const Status& local) {
       for (const Frame& f : frames) {
         std::string reason;
         if (f.type == MessageType::kBroken && DecodeBroken(f.payload, &reason).ok()) {
-          return Status(Code::kConnectionClosed,
+          return Status(Code::kUnavailable,
                         reason + " [reported by rank " + std::to_string(rank_ == 0 ? who[k] : 0) +
                             "; on rank " + std::to_string(rank_) + ": " + local.message() + "]");
         }
@@ -543,7 +543,7 @@ void Runtime::CheckInterrupt() {
     for (size_t i = 0; i < missing.size(); ++i) who += (i ? ", " : "") + std::to_string(missing[i]);
     if (!who.empty()) who = "; not yet submitted by rank(s) " + who;
   }
-  const Status st(Code::kInterrupted, "tfx_dist rank " + std::to_string(rank_) +
+  const Status st(Code::kCancelled, "tfx_dist rank " + std::to_string(rank_) +
                                           ": interrupted (SIGINT, Ctrl-C) while waiting in collective " + names +
                                           who);
   interrupt::Deliver(st.message());  // before Fail runs the done callbacks
@@ -568,7 +568,7 @@ void Runtime::CheckLocalTimeouts(Clock::time_point now) {
   for (Entry& e : expired) {
     char secs[32];
     std::snprintf(secs, sizeof(secs), "%g", options_.timeout_s);
-    e.done(Status(Code::kTimeout, "tfx_dist rank " + std::to_string(rank_) + ": collective '" + e.meta.key +
+    e.done(Status(Code::kDeadlineExceeded, "tfx_dist rank " + std::to_string(rank_) + ": collective '" + e.meta.key +
                                       "' was not scheduled within " + secs +
                                       " s: no answer from the coordinator, rank 0 (it may be stuck); raise TFX_TIMEOUT_S if it is only slow."));
   }

@@ -50,7 +50,7 @@ class ScatterRecords : public RecvConsumer {
 };
 
 Code WireCode(int32_t status) {
-  return status > 0 && status <= static_cast<int32_t>(Code::kAborted) ? static_cast<Code>(status) : Code::kInternal;
+  return status > 0 ? tfx::CodeFromInt(status, Code::kInternal) : Code::kInternal;
 }
 
 }  // namespace
@@ -194,7 +194,7 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
   } not_waiting;
   auto fail = [&](Exchange& x, const Status& st) {
     Status named = st.WithPrefix("tfx_dist service: " + Who(x.server) + ": ");
-    if (st.code() == Code::kConnectionClosed)
+    if (st.code() == Code::kUnavailable)
       named = Status(st.code(), "tfx_dist service: " + Who(x.server) + " closed the connection with " +
                                     std::to_string(x.order.size() - x.recv_k) +
                                     " request(s) unanswered (the process exited, crashed or stopped serving)");
@@ -208,7 +208,7 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
   auto begin_reply = [&](Exchange& x) -> Status {
     x.scatter = nullptr;
     const std::string garbage = CheckHeader(x.in, options_.max_frame_bytes);
-    if (!garbage.empty()) return Status(Code::kProtocol, "sent " + garbage);
+    if (!garbage.empty()) return Status(Code::kDataLoss, "sent " + garbage);
     const size_t len = x.in.payload_bytes;
     if (x.in.kind == kAbort || x.in.status != 0) {
       x.message.resize(len);
@@ -217,7 +217,7 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
     }
     const FrameHeader& want = x.headers[x.recv_k];
     if (x.in.request_id != want.request_id || x.in.kind != want.kind)
-      return Status(Code::kProtocol, "sent a reply to request " + std::to_string(x.in.request_id) + " (kind " +
+      return Status(Code::kDataLoss, "sent a reply to request " + std::to_string(x.in.request_id) + " (kind " +
                                          std::to_string(x.in.kind) + ") where the reply to request " +
                                          std::to_string(want.request_id) + " (kind " + std::to_string(want.kind) +
                                          ") was due");
@@ -408,8 +408,8 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
       const std::string message = "tfx_dist service: interrupted (SIGINT, Ctrl-C) while waiting for " + waiting;
       for (Exchange* x : active) {  // the replies may still come: these connections cannot be reused
         if (x->done) continue;
-        FailExchange(Status(Code::kInterrupted, message), x->order, x->recv_k, responses);
-        x->link->broken = Status(Code::kInterrupted, message);
+        FailExchange(Status(Code::kCancelled, message), x->order, x->recv_k, responses);
+        x->link->broken = Status(Code::kCancelled, message);
         x->link->pair->Shutdown();
         x->done = true;
       }
@@ -419,7 +419,7 @@ Status Client::Run(std::vector<Exchange*>& active, const Request* requests, Resp
     if (deadline.expired()) {
       for (Exchange* x : active) {
         if (x->done) continue;
-        fail(*x, Status(Code::kTimeout,
+        fail(*x, Status(Code::kDeadlineExceeded,
                         std::string("no ") + (x->sending() ? "progress sending request(s)" : "reply") + " within " +
                             std::to_string(static_cast<int>(options_.timeout_s)) + " s (" +
                             std::to_string(x->send_k) + " of " + std::to_string(x->order.size()) +

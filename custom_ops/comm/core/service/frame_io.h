@@ -14,7 +14,7 @@
 
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/service/wire.h"
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
@@ -31,7 +31,7 @@ Status ConnectPairs(const std::vector<int>& fds, const std::vector<bool>& same_h
                     const std::vector<std::string>& who, const Deadline& deadline,
                     std::vector<std::unique_ptr<Pair>>* pairs, const std::vector<WireKeys>& keys = {});
 
-// Sends n bytes. kTimeout when the deadline passes first.
+// Sends n bytes. kDeadlineExceeded when the deadline passes first.
 Status SendBytes(Pair* pair, const char* data, size_t n, const Deadline& deadline);
 // Receives n bytes into dst; *got counts what arrived (also on error), so a
 // caller can tell "nothing came" from "a frame was cut off".

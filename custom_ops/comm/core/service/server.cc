@@ -17,7 +17,7 @@ std::string Seconds(double s) {
 
 // How a frame cut off ended, for "sent a truncated frame (...), then <this>".
 std::string Ending(const Status& st) {
-  return st.code() == Code::kConnectionClosed ? "closed the connection" : st.message();
+  return st.code() == Code::kUnavailable ? "closed the connection" : st.message();
 }
 
 }  // namespace
@@ -98,19 +98,19 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
     FrameHeader h;
     size_t got = 0;
     Status st = RecvBytes(pair, reinterpret_cast<char*>(&h), sizeof(h), Deadline(options_.timeout_s), &got);
-    if (st.code() == Code::kProtocol)  // a frame of the wire protection failed its check
-      return failed(Outcome::kDropped, Code::kProtocol, who + ": " + st.message() + "; its connection is dropped");
+    if (st.code() == Code::kDataLoss)  // a frame of the wire protection failed its check
+      return failed(Outcome::kDropped, Code::kDataLoss, who + ": " + st.message() + "; its connection is dropped");
     if (!st.ok()) {
-      if (st.code() == Code::kTimeout)
-        return failed(Outcome::kLost, Code::kTimeout,
+      if (st.code() == Code::kDeadlineExceeded)
+        return failed(Outcome::kLost, Code::kDeadlineExceeded,
                       (got == 0 ? "no request from " + who : who + " stalled inside a frame header") +
                           " for " + Seconds(options_.timeout_s) + " s (stuck or stopped process?)");
       if (got > 0)
-        return failed(Outcome::kDropped, Code::kProtocol,
+        return failed(Outcome::kDropped, Code::kDataLoss,
                       who + " sent a truncated frame (" + std::to_string(got) + " of " +
                           std::to_string(sizeof(h)) + " header bytes), then " + Ending(st));
-      if (st.code() == Code::kConnectionClosed)
-        return failed(Outcome::kLost, Code::kConnectionClosed,
+      if (st.code() == Code::kUnavailable)
+        return failed(Outcome::kLost, Code::kUnavailable,
                       who + " closed its connection without GOODBYE after " + std::to_string(served) +
                           " request(s) (the process exited or crashed)");
       return failed(Outcome::kLost, st.code(), who + ": " + st.message());
@@ -120,7 +120,7 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
       garbage = "a frame of reserved kind " + std::to_string(h.kind);
     if (garbage.empty() && h.kind == kGoodbye && h.payload_bytes != 0) garbage = "a GOODBYE with a payload";
     if (!garbage.empty())
-      return failed(Outcome::kDropped, Code::kProtocol, who + " sent " + garbage + "; its connection is dropped");
+      return failed(Outcome::kDropped, Code::kDataLoss, who + " sent " + garbage + "; its connection is dropped");
     if (h.kind == kGoodbye) return Outcome::kGoodbye;
 
     const size_t len = h.payload_bytes;
@@ -129,14 +129,14 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
       capacity = len;
     }
     st = RecvBytes(pair, payload.get(), len, Deadline(options_.timeout_s), &got);
-    if (st.code() == Code::kProtocol)
-      return failed(Outcome::kDropped, Code::kProtocol, who + ": " + st.message() + "; its connection is dropped");
+    if (st.code() == Code::kDataLoss)
+      return failed(Outcome::kDropped, Code::kDataLoss, who + ": " + st.message() + "; its connection is dropped");
     if (!st.ok()) {
-      if (st.code() == Code::kTimeout)
-        return failed(Outcome::kLost, Code::kTimeout,
+      if (st.code() == Code::kDeadlineExceeded)
+        return failed(Outcome::kLost, Code::kDeadlineExceeded,
                       who + " stalled inside a frame (" + std::to_string(got) + " of " + std::to_string(len) +
                           " payload bytes in " + Seconds(options_.timeout_s) + " s)");
-      return failed(Outcome::kDropped, Code::kProtocol,
+      return failed(Outcome::kDropped, Code::kDataLoss,
                     who + " sent a truncated frame (" + std::to_string(got) + " of " + std::to_string(len) +
                         " payload bytes), then " + Ending(st));
     }
@@ -202,7 +202,7 @@ Status Server::StreamReply(int client, const FrameHeader& request, size_t bytes,
     char* space = pair->SendSpace(&room);
     if (space == nullptr) {  // every slot is full: the client is behind
       Status st = waiter.Wait(nullptr, pair);
-      if (!st.ok()) return st.code() == Code::kTimeout ? Status(st.code(), "the client took no bytes for " +
+      if (!st.ok()) return st.code() == Code::kDeadlineExceeded ? Status(st.code(), "the client took no bytes for " +
                                                                               Seconds(options_.timeout_s) + " s")
                                                         : st;
       continue;

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "custom_ops/comm/core/service/wire.h"
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
 #include "custom_ops/comm/core/transport/pair.h"
 

@@ -8,11 +8,13 @@
 #include <memory>
 #include <mutex>
 
+#include "custom_ops/common/c_api_error.h"
 #include "custom_ops/comm/core/service/client.h"
 #include "custom_ops/comm/core/service/server.h"
 
-using tfx::comm::Code;
-using tfx::comm::Status;
+using tfx::Code;
+using tfx::ReportToC;
+using tfx::Status;
 namespace svc = tfx::comm::service;
 
 struct tfx_service_reply {
@@ -52,16 +54,8 @@ std::shared_ptr<T> Remove(std::map<int64_t, std::shared_ptr<T>>* registry, int64
   return object;
 }
 
-int32_t Fail(const Status& st, char* err, int32_t len) {
-  if (err != nullptr && len > 0) {
-    std::strncpy(err, st.message().c_str(), static_cast<size_t>(len) - 1);
-    err[len - 1] = '\0';
-  }
-  return static_cast<int32_t>(st.code());
-}
-
 int32_t NoSuch(const char* what, int64_t id, char* err, int32_t len) {
-  return Fail(Status(Code::kInvalidArgument, std::string("tfx_dist service: no ") + what + " with id " +
+  return ReportToC(Status(Code::kInvalidArgument, std::string("tfx_dist service: no ") + what + " with id " +
                                                  std::to_string(id) + " in this process (destroyed?)"),
               err, len);
 }
@@ -73,7 +67,7 @@ int64_t CreateEndpoint(std::map<int64_t, std::shared_ptr<T>>* registry, int32_t 
                        const int32_t* same_host, const char* const* labels, const tfx_service_options* in,
                        Options opts, std::vector<std::string> Options::*label_field, char* err, int32_t err_len) {
   if (n < 0 || (n > 0 && (fds == nullptr || same_host == nullptr))) {
-    Fail(Status(Code::kInvalidArgument, "tfx_dist service: bad connection list"), err, err_len);
+    ReportToC(Status(Code::kInvalidArgument, "tfx_dist service: bad connection list"), err, err_len);
     return 0;
   }
   std::vector<int> fd_list(fds, fds + n);
@@ -89,7 +83,7 @@ int64_t CreateEndpoint(std::map<int64_t, std::shared_ptr<T>>* registry, int32_t 
     if (in->wire_protection < 0 || in->wire_protection > 2 || (in->wire_protection != 0 && in->wire_keys == nullptr && n > 0)) {
       for (int32_t i = 0; i < n; ++i)
         if (fds[i] >= 0) close(fds[i]);  // ownership is taken, also on failure
-      Fail(Status(Code::kInvalidArgument, "tfx_dist service: wire_protection " + std::to_string(in->wire_protection) +
+      ReportToC(Status(Code::kInvalidArgument, "tfx_dist service: wire_protection " + std::to_string(in->wire_protection) +
                                               " (want 0 none, 1 integrity, 2 encrypt; 1 and 2 need wire_keys)"),
            err, err_len);
       return 0;
@@ -106,7 +100,7 @@ int64_t CreateEndpoint(std::map<int64_t, std::shared_ptr<T>>* registry, int32_t 
   std::unique_ptr<T> object;
   Status st = T::Create(fd_list, same, opts, &object);
   if (!st.ok()) {
-    Fail(st, err, err_len);
+    ReportToC(st, err, err_len);
     return 0;
   }
   return Register(registry, std::move(object));
@@ -128,7 +122,7 @@ void* tfx_service_reply_alloc(tfx_service_reply* reply, int64_t len) {
 
 void tfx_service_reply_fail(tfx_service_reply* reply, int32_t code, const char* message) {
   if (reply == nullptr || reply->reply->streamed()) return;
-  const Code c = code > 0 && code <= static_cast<int32_t>(Code::kAborted) ? static_cast<Code>(code) : Code::kInternal;
+  const Code c = code == 0 ? Code::kInternal : tfx::CodeFromInt(code, Code::kInternal);
   reply->status = Status(c, message != nullptr ? message : "the request handler failed");
 }
 
@@ -155,7 +149,7 @@ int32_t tfx_service_server_serve(int64_t id, tfx_service_handler_fn handler, voi
                                  tfx_service_lost_fn lost, void* lost_arg, char* err, int32_t err_len) {
   auto server = Find(g_servers, id);
   if (!server) return NoSuch("service server", id, err, err_len);
-  if (handler == nullptr) return Fail(Status(Code::kInvalidArgument, "tfx_dist service: no handler"), err, err_len);
+  if (handler == nullptr) return ReportToC(Status(Code::kInvalidArgument, "tfx_dist service: no handler"), err, err_len);
   auto wrapped = [handler, handler_arg](int client, uint16_t kind, const char* payload, size_t len,
                                         svc::Reply* reply) {
     tfx_service_reply r{reply, Status::Ok()};
@@ -168,7 +162,7 @@ int32_t tfx_service_server_serve(int64_t id, tfx_service_handler_fn handler, voi
       lost(lost_arg, client, static_cast<int32_t>(why.code()), why.message().c_str());
     };
   Status st = server->Serve(wrapped, on_lost);
-  return st.ok() ? 0 : Fail(st, err, err_len);
+  return ReportToC(st, err, err_len);
 }
 
 int32_t tfx_service_server_stop(int64_t id) {
@@ -195,13 +189,13 @@ int32_t tfx_service_client_call(int64_t id, tfx_service_request* requests, int32
   auto client = Find(g_clients, id);
   if (!client) return NoSuch("service client", id, err, err_len);
   if (n < 0 || (n > 0 && requests == nullptr))
-    return Fail(Status(Code::kInvalidArgument, "tfx_dist service: bad request list"), err, err_len);
+    return ReportToC(Status(Code::kInvalidArgument, "tfx_dist service: bad request list"), err, err_len);
   std::vector<svc::Request> reqs(n);
   std::vector<svc::Response> resps(n);
   for (int32_t i = 0; i < n; ++i) {
     const tfx_service_request& in = requests[i];
     if (in.kind < 0 || in.kind > 0xFFFF || in.payload_bytes < 0)
-      return Fail(Status(Code::kInvalidArgument, "tfx_dist service: request " + std::to_string(i) +
+      return ReportToC(Status(Code::kInvalidArgument, "tfx_dist service: request " + std::to_string(i) +
                                                      " has a kind outside 0..65535 or a negative size"),
                   err, err_len);
     reqs[i].server = in.server;
@@ -213,7 +207,7 @@ int32_t tfx_service_client_call(int64_t id, tfx_service_request* requests, int32
     reqs[i].alloc_arg = &requests[i];
     if (in.scatter_base != nullptr) {
       if (in.scatter_count < 0 || in.scatter_record_bytes <= 0 || (in.scatter_count > 0 && in.scatter_index == nullptr))
-        return Fail(Status(Code::kInvalidArgument, "tfx_dist service: request " + std::to_string(i) +
+        return ReportToC(Status(Code::kInvalidArgument, "tfx_dist service: request " + std::to_string(i) +
                                                        " has a scatter destination without records"),
                     err, err_len);
       reqs[i].scatter_base = static_cast<char*>(in.scatter_base);
@@ -228,14 +222,14 @@ int32_t tfx_service_client_call(int64_t id, tfx_service_request* requests, int32
     requests[i].reply = resps[i].data;
     requests[i].reply_bytes = static_cast<int64_t>(resps[i].bytes);
   }
-  return st.ok() ? 0 : Fail(st, err, err_len);
+  return ReportToC(st, err, err_len);
 }
 
 int32_t tfx_service_client_close(int64_t id, char* err, int32_t err_len) {
   auto client = Find(g_clients, id);
   if (!client) return NoSuch("service client", id, err, err_len);
   Status st = client->Close();
-  return st.ok() ? 0 : Fail(st, err, err_len);
+  return ReportToC(st, err, err_len);
 }
 
 int32_t tfx_service_client_destroy(int64_t id) {
@@ -250,7 +244,7 @@ int32_t tfx_service_transport(int64_t id, int32_t peer, char* out, int32_t out_l
     if (peer >= 0 && peer < client->num_servers()) name = client->transport(peer);
   }
   if (name == nullptr) return static_cast<int32_t>(Code::kInvalidArgument);
-  Fail(Status(Code::kOk, name), out, out_len);
+  tfx::CopyToC(name, out, out_len);
   return 0;
 }
 

@@ -3,7 +3,7 @@
  * handler as a function pointer through tfx_service_server_serve).
  *
  * Handles are int64 ids > 0 (servers and clients share one id space), as
- * tfx_comm_create's. Status codes are tfx::comm::Code (0 = OK); an error's
+ * tfx_comm_create's. Status codes are tfx::Code (0 = OK); an error's
  * message goes to (err, err_len). Request kinds are 0 .. 0xFEFF (the rest
  * are the service's own, see wire.h).
  */

@@ -28,7 +28,8 @@
 namespace tfx::comm::service {
 
 constexpr uint32_t kFrameMagic = 0x53584654;  // "TFXS" little-endian
-constexpr uint16_t kWireVersion = 1;
+// 2: status carries TensorFlow's canonical codes (custom_ops/common/status.h).
+constexpr uint16_t kWireVersion = 2;
 
 // Kinds from kFirstReservedKind up belong to the service itself.
 constexpr uint16_t kFirstReservedKind = 0xFF00;
@@ -42,7 +43,7 @@ struct FrameHeader {
   uint16_t version = kWireVersion;
   uint16_t kind = 0;
   uint64_t request_id = 0;
-  int32_t status = 0;    // tfx::comm::Code of a reply or abort; 0 in requests
+  int32_t status = 0;    // tfx::Code of a reply or abort; 0 in requests
   uint32_t reserved = 0;  // zero; keeps payload_bytes 8-aligned
   uint64_t payload_bytes = 0;
 };

@@ -112,7 +112,7 @@ Status FrameProtection::Open(const char* frame, size_t payload_len, char* out) {
     if (!ok) std::memset(out, 0, payload_len);
   }
   if (!ok)
-    return Status(Code::kProtocol, "frame #" + std::to_string(counter_) +
+    return Status(Code::kDataLoss, "frame #" + std::to_string(counter_) +
                                        " failed its integrity check (AES-GCM tag): the data was changed, "
                                        "dropped, reordered or replayed between the ranks");
   ++counter_;

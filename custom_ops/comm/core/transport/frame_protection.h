@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 
 namespace tfx::comm {
 

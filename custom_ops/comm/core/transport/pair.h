@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 
 namespace tfx::comm {
 

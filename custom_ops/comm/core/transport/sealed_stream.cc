@@ -34,7 +34,7 @@ Status SealedStream::Open(const char* data, size_t n, std::string* plain) {
     uint32_t len = 0;
     for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(static_cast<uint8_t>(pending_[pos + i])) << (8 * i);
     if (len > kMaxFramePayload) {  // not authenticated yet: refuse before waiting for it
-      broken_ = Status(Code::kProtocol, "a frame claims " + std::to_string(len) + " bytes (at most " +
+      broken_ = Status(Code::kDataLoss, "a frame claims " + std::to_string(len) + " bytes (at most " +
                                             std::to_string(kMaxFramePayload) +
                                             "): the connection was tampered with or corrupted");
       return broken_;

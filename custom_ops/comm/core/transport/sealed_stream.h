@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
 
 namespace tfx::comm {
@@ -24,7 +24,7 @@ class SealedStream {
   Status Seal(const char* data, size_t n, std::string* wire);
   // Takes received bytes (any split); appends the payload of every whole
   // frame that checks out to *plain. A length over kMaxFramePayload or a
-  // failed check is kProtocol, and the stream stays broken (nothing after a
+  // failed check is kDataLoss, and the stream stays broken (nothing after a
   // bad frame is ever delivered).
   Status Open(const char* data, size_t n, std::string* plain);
 

@@ -122,7 +122,7 @@ Status ShmPair::Connect(int rank, int peer, int fd, const Deadline& deadline,
   if (st.ok()) st = SendAll(fd, offer.data(), offer.size(), deadline, what);
   uint32_t peer_len = 0;
   if (st.ok()) st = RecvAll(fd, &peer_len, sizeof(peer_len), deadline, what);
-  if (st.ok() && peer_len > 255) st = Status(Code::kProtocol, what + ": bad segment name length");
+  if (st.ok() && peer_len > 255) st = Status(Code::kDataLoss, what + ": bad segment name length");
   std::string peer_name(st.ok() ? peer_len : 0, '\0');
   if (st.ok()) st = RecvAll(fd, peer_name.data(), peer_len, deadline, what);
   ShmRing* out_ring = (st.ok() && peer_len > 0) ? OpenRing(peer_name) : nullptr;
@@ -171,7 +171,7 @@ Status ShmPair::CheckAlive() {
   // not racy): it is only gone for good once nothing of it is left to read.
   if (!shut_down_ && in_->head.load(std::memory_order_acquire) > in_->tail.load(std::memory_order_relaxed))
     return Status::Ok();
-  return Status(Code::kConnectionClosed,
+  return Status(Code::kUnavailable,
                 "connection to rank " + std::to_string(peer_) +
                     " (shared memory) closed: the peer process exited, crashed or closed its communicator");
 }

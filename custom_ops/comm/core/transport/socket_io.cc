@@ -21,7 +21,7 @@ static Status WaitFd(int fd, short events, const Deadline& deadline, const std::
     if (r > 0) return Status::Ok();
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, what + ": poll failed: " + std::strerror(errno));
     if (deadline.expired())
-      return Status(Code::kTimeout, what + ": timed out after " + std::to_string(deadline.seconds()) + " s");
+      return Status(Code::kDeadlineExceeded, what + ": timed out after " + std::to_string(deadline.seconds()) + " s");
   }
 }
 
@@ -35,7 +35,7 @@ Status SendAll(int fd, const void* data, size_t n, const Deadline& deadline, con
       TFX_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, what));
       continue;
     }
-    return Status(Code::kConnectionClosed, what + ": send failed: " + std::strerror(errno));
+    return Status(Code::kUnavailable, what + ": send failed: " + std::strerror(errno));
   }
   return Status::Ok();
 }
@@ -45,13 +45,13 @@ Status RecvAll(int fd, void* data, size_t n, const Deadline& deadline, const std
   while (n > 0) {
     ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
     if (r > 0) { p += r; n -= static_cast<size_t>(r); continue; }
-    if (r == 0) return Status(Code::kConnectionClosed, what + ": connection closed by the peer");
+    if (r == 0) return Status(Code::kUnavailable, what + ": connection closed by the peer");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       TFX_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, what));
       continue;
     }
-    return Status(Code::kConnectionClosed, what + ": recv failed: " + std::strerror(errno));
+    return Status(Code::kUnavailable, what + ": recv failed: " + std::strerror(errno));
   }
   return Status::Ok();
 }

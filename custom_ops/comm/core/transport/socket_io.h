@@ -6,7 +6,7 @@
 #include <string>
 
 #include "custom_ops/comm/core/deadline.h"
-#include "custom_ops/comm/core/status.h"
+#include "custom_ops/common/status.h"
 
 namespace tfx::comm {
 

@@ -49,12 +49,12 @@ void TcpPair::Shutdown() {
 
 Status TcpPair::SocketError(const char* what, int err) const {
   if (err == 0 || err == ECONNRESET || err == EPIPE) {
-    return Status(Code::kConnectionClosed,
+    return Status(Code::kUnavailable,
                   std::string("connection to rank ") + std::to_string(peer_) +
                       " closed by the peer during " + what +
                       " (the peer process exited, crashed or closed its communicator)");
   }
-  return Status(Code::kConnectionClosed, std::string(what) + " to/from rank " + std::to_string(peer_) +
+  return Status(Code::kUnavailable, std::string(what) + " to/from rank " + std::to_string(peer_) +
                                              " failed: " + std::strerror(err));
 }
 
@@ -166,7 +166,7 @@ Status TcpPair::ReadFrame(char* direct, size_t direct_cap, size_t align, size_t*
     if (in_have_ >= kFrameHeaderBytes) {
       for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(static_cast<uint8_t>(in_frame_[i])) << (8 * i);
       if (len > kMaxFramePayload)  // unauthenticated yet: refuse before reading it
-        return Status(Code::kProtocol, (rank_ < 0 ? std::string("a frame")
+        return Status(Code::kDataLoss, (rank_ < 0 ? std::string("a frame")
                                                   : "tfx_dist: rank " + std::to_string(rank_) + ": a frame from rank " +
                                                         std::to_string(peer_)) +
                                            " claims " + std::to_string(len) +
@@ -190,7 +190,7 @@ Status TcpPair::ReadFrame(char* direct, size_t direct_cap, size_t align, size_t*
       Status s = opener_->Open(in_frame_.data(), len, out);
       if (!s.ok() && rank_ < 0) return s;  // a service connection: its owner names the peer
       if (!s.ok())
-        return Status(Code::kProtocol, "tfx_dist: rank " + std::to_string(rank_) + ": data from rank " +
+        return Status(Code::kDataLoss, "tfx_dist: rank " + std::to_string(rank_) + ": data from rank " +
                                            std::to_string(peer_) + ": " + s.message());
       if (to_direct) {
         *direct_bytes = len;

@@ -32,7 +32,7 @@ Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
     int r = poll(fds, nfds, timeout_ms);
     if (r == 0 && timeout_ms == 0) sched_yield();
     if (r < 0 && errno != EINTR) return Status(Code::kInternal, std::string("poll failed: ") + std::strerror(errno));
-    if (r == 0 && deadline_.expired()) return Status(Code::kTimeout, "timed out");
+    if (r == 0 && deadline_.expired()) return Status(Code::kDeadlineExceeded, "timed out");
     if (r <= 0 && interruptible_ && interrupt::Count() != interrupts_) return Interrupted();
     return Status::Ok();
   }
@@ -59,13 +59,13 @@ Status IoWaiter::Wait(Pair* recv_from, Pair* send_to) {
     if (recv_from != nullptr) TFX_RETURN_IF_ERROR(recv_from->CheckAlive());
     if (send_to != nullptr) TFX_RETURN_IF_ERROR(send_to->CheckAlive());
   }
-  if ((checked || (idle_ & 63u) == 0) && deadline_.expired()) return Status(Code::kTimeout, "timed out");
+  if ((checked || (idle_ & 63u) == 0) && deadline_.expired()) return Status(Code::kDeadlineExceeded, "timed out");
   if (checked && interruptible_ && interrupt::Count() != interrupts_) return Interrupted();
   return Status::Ok();
 }
 
 Status IoWaiter::Interrupted() {
-  return Status(Code::kInterrupted, "interrupted (SIGINT, Ctrl-C) while waiting for the peer");
+  return Status(Code::kCancelled, "interrupted (SIGINT, Ctrl-C) while waiting for the peer");
 }
 
 }  // namespace tfx::comm

@@ -22,7 +22,7 @@ class IoWaiter {
   void Progressed() { idle_ = 0; }
   // Call after an iteration that moved nothing: waits until recv_from may
   // have data or send_to may take some (either may be null). Returns a
-  // kTimeout status once the deadline has passed, kInterrupted once a SIGINT
+  // kDeadlineExceeded status once the deadline has passed, kCancelled once a SIGINT
   // came (interrupt.h), or the error of a dead pair.
   Status Wait(Pair* recv_from, Pair* send_to);
 

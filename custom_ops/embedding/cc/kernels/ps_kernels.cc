@@ -3,6 +3,7 @@
 // have applied the previous step), which waits only for other processes.
 #include <string>
 
+#include "custom_ops/common/tf_status.h"
 #include "custom_ops/embedding/server/ps_c_api.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -15,13 +16,6 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
-
-// The store's codes are TensorFlow's numbering.
-absl::Status ToTfStatus(int32_t code, const char* message) {
-  if (code == 0) return absl::OkStatus();
-  if (code == 9) return absl::DeadlineExceededError(message);  // a step that did not end in time
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
-}
 
 class PsKernel : public OpKernel {
  public:
@@ -53,7 +47,7 @@ class TfxPsLookupOp : public PsKernel {
     err[0] = '\0';  // written only on an error
     const int32_t rc = tfx_ps_lookup(client_, table_, ids.flat<int64_t>().data(), ids.dim_size(0),
                                      rows->flat<float>().data(), err, sizeof(err));
-    OP_REQUIRES_OK(ctx, ToTfStatus(rc, err));
+    OP_REQUIRES_OK(ctx, TfStatusFromC(rc, err));
   }
 
  private:
@@ -76,7 +70,7 @@ class TfxPsPushOp : public PsKernel {
     char err[2048] = {0};
     const int32_t rc = tfx_ps_push(client_, table_, ids.flat<int64_t>().data(), ids.dim_size(0),
                                    grads.flat<float>().data(), lr.flat<float>()(0), err, sizeof(err));
-    OP_REQUIRES_OK(ctx, ToTfStatus(rc, err));
+    OP_REQUIRES_OK(ctx, TfStatusFromC(rc, err));
   }
 
  private:
@@ -88,7 +82,7 @@ class TfxPsStepDoneOp : public PsKernel {
   using PsKernel::PsKernel;
   void Compute(OpKernelContext* ctx) override {
     char err[2048] = {0};
-    OP_REQUIRES_OK(ctx, ToTfStatus(tfx_ps_step_done(client_, err, sizeof(err)), err));
+    OP_REQUIRES_OK(ctx, TfStatusFromC(tfx_ps_step_done(client_, err, sizeof(err)), err));
   }
 };
 

@@ -1,5 +1,6 @@
 // TF kernels over an in-process table shard of libtfx_embedding (c_api.h).
 // They run on the CPU and wait for nothing but the shard's own locks.
+#include "custom_ops/common/tf_status.h"
 #include "custom_ops/embedding/core/c_api.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -13,12 +14,6 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-// The store's codes are TensorFlow's numbering.
-absl::Status StoreStatus(int32_t code, const char* message) {
-  if (code == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
-}
-
 class TfxStoreLookupOp : public OpKernel {
  public:
   explicit TfxStoreLookupOp(OpKernelConstruction* c) : OpKernel(c) {
@@ -31,7 +26,7 @@ class TfxStoreLookupOp : public OpKernel {
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({ids.dim_size(0), dim_}), &rows));
     char err[2048] = {0};
-    OP_REQUIRES_OK(ctx, StoreStatus(tfx_emb_lookup(handle_, ids.flat<int64_t>().data(), ids.dim_size(0),
+    OP_REQUIRES_OK(ctx, TfStatusFromC(tfx_emb_lookup(handle_, ids.flat<int64_t>().data(), ids.dim_size(0),
                                                    rows->flat<float>().data(), err, sizeof(err)),
                                     err));
   }
@@ -56,7 +51,7 @@ class TfxStoreApplyOp : public OpKernel {
     OP_REQUIRES(ctx, lr.NumElements() == 1 && step.NumElements() == 1,
                 absl::InvalidArgumentError("TfxStoreApply wants a scalar learning rate and step"));
     char err[2048] = {0};
-    OP_REQUIRES_OK(ctx, StoreStatus(tfx_emb_apply(handle_, ids.flat<int64_t>().data(), ids.dim_size(0),
+    OP_REQUIRES_OK(ctx, TfStatusFromC(tfx_emb_apply(handle_, ids.flat<int64_t>().data(), ids.dim_size(0),
                                                   grads.flat<float>().data(), lr.flat<float>()(0),
                                                   step.flat<int64_t>()(0), err, sizeof(err)),
                                     err));
