@@ -14,44 +14,40 @@ demo: setup
 test: setup
 	$(PYTHON) -m pytest tests -q --durations=40
 
-# The collective runtime's own tests, in one process (no TensorFlow): N
-# communicators over socketpairs, every collective x transport x 1..12 ranks,
-# the coordinator and the messages. tests/comm/test_cpp_runtime.py runs this
-# target, so `make test` runs it once, under pytest.
+# The C++ tests (GoogleTest, no TensorFlow): each program of libraries.bzl's
+# CPP_TESTS is its tests plus the code under test, the lists read from that one
+# declaration through build_ops.py. Objects are shared between programs, so each
+# source is compiled once per variant: opt (-O2), and the sanitizer variants a
+# program declares (build/cpp-test/asan/..., build/cpp-test/tsan/...). One case
+# alone: build/cpp-test/opt/comm_tests --gtest_filter=Coordinator.OnItsOwn.
+# tests/comm/test_cpp_runtime.py, test_service_native.py and
+# tests/embedding/test_store_cpp.py build and run these targets under pytest.
 CPP_TEST_DIR := build/cpp-test
-COMM_CORE_SRCS := $(shell find custom_ops/common custom_ops/comm/core -name '*.cc' ! -name '*_test.cc')
-COMM_CORE_OBJS := $(COMM_CORE_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
-COMM_TEST_OBJS := $(COMM_CORE_OBJS) $(CPP_TEST_DIR)/custom_ops/comm/tests/runtime_test.o
-COMM_HEADERS := $(shell find custom_ops/common custom_ops/comm -name '*.h')
+CPP_TESTS := $(shell $(PYTHON) build_ops.py --tests)
+CPP_COPTS := $(shell $(PYTHON) build_ops.py --copts) -I.
+CPP_HEADERS := $(shell find custom_ops -name '*.h' -o -name '*.inc')
+CPP_VARIANTS := opt asan tsan
+CPP_FLAGS_opt := -O2
+CPP_FLAGS_asan := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+CPP_FLAGS_tsan := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
+CPP_LIBS := -lgtest -lgtest_main -lrt -lcrypto
 
-$(CPP_TEST_DIR)/%.o: %.cc $(COMM_HEADERS)
-	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 -pthread -Wall -Wno-sign-compare -I. -c $< -o $@
+define cpp_variant
+$(CPP_TEST_DIR)/$(1)/%.o: %.cc $(CPP_HEADERS)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $(CPP_COPTS) $(CPP_FLAGS_$(1)) -c $$< -o $$@
+endef
+$(foreach v,$(CPP_VARIANTS),$(eval $(call cpp_variant,$(v))))
 
-$(CPP_TEST_DIR)/runtime_test: $(COMM_TEST_OBJS)
-	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
+define cpp_program
+$(CPP_TEST_DIR)/$(2)/$(1): $(patsubst %.cc,$(CPP_TEST_DIR)/$(2)/%.o,$(CPP_SRCS_$(1)))
+	$$(CXX) $(CPP_FLAGS_$(2)) -pthread $$^ -o $$@ $(CPP_LIBS)
+endef
+$(foreach t,$(CPP_TESTS),$(eval CPP_SRCS_$(t) := $(shell $(PYTHON) build_ops.py --sources $(t))))
+$(foreach t,$(CPP_TESTS),$(foreach v,$(CPP_VARIANTS),$(eval $(call cpp_program,$(t),$(v)))))
 
-# The service's in-process tests (custom_ops/comm/core/service/service_test.cc),
-# linked with runtime_test's objects of the runtime, so that they are compiled
-# once: tests/comm/test_service_native.py builds this target and runs it.
-$(CPP_TEST_DIR)/service_test: $(COMM_CORE_OBJS) $(CPP_TEST_DIR)/custom_ops/comm/core/service/service_test.o
-	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
-
-# The service's and the parameter server's decoders, fuzzed in process.
-SERVICE_FUZZ_SRCS := $(shell find custom_ops/common custom_ops/comm/core custom_ops/embedding/core custom_ops/embedding/server -name '*.cc' ! -name '*_test.cc') custom_ops/comm/tests/service_fuzz_test.cc
-SERVICE_FUZZ_OBJS := $(SERVICE_FUZZ_SRCS:%.cc=$(CPP_TEST_DIR)/%.o)
-EMBEDDING_HEADERS := $(shell find custom_ops/embedding -name '*.h')
-
-$(CPP_TEST_DIR)/custom_ops/embedding/%.o: custom_ops/embedding/%.cc $(COMM_HEADERS) $(EMBEDDING_HEADERS)
-	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 -pthread -Wall -Wno-sign-compare -I. -c $< -o $@
-
-$(CPP_TEST_DIR)/service_fuzz_test: $(SERVICE_FUZZ_OBJS)
-	$(CXX) -pthread $^ -o $@ -lrt -lcrypto
-
-cpp-test: $(CPP_TEST_DIR)/runtime_test $(CPP_TEST_DIR)/service_fuzz_test
-	$(CPP_TEST_DIR)/runtime_test
-	$(CPP_TEST_DIR)/service_fuzz_test
+cpp-test: $(CPP_TESTS:%=$(CPP_TEST_DIR)/opt/%)
+	@for t in $^; do echo "== $$t"; $$t --gtest_brief=1 || exit 1; done
 
 # RELIABILITY.md: every fault, bad input and attack test (pytest -m reliability),
 # the long ones too (soak, minutes of fuzzing; RELIABILITY_LONG=0 leaves them out).

@@ -1,10 +1,11 @@
 """Builds tfx_dist's native libraries against the installed TensorFlow.
 
-One declaration (``LIBRARIES``) lists every library: its sources, whether it is
-a TensorFlow op library (compiled with ``tf.sysconfig`` flags) or a plain C++
-library, and which libraries it links to. ``setup.py`` calls :func:`build_all`
+``libraries.bzl`` declares every library once (its sources, whether it is a
+TensorFlow op library compiled with ``tf.sysconfig`` flags or a plain C++
+library, which libraries it links to), and the C++ test programs. ``setup.py`` calls :func:`build_all`
 for ``pip install``; ``python build_ops.py`` does the same by hand, in place.
-Bazel builds the same libraries from ``BUILD`` files (see ``configure.sh``).
+Bazel builds the same libraries from the same declaration (``BUILD``, ``configure.sh``);
+the Makefile and scripts/gpu_check.sh ask this script for its lists (``--sources NAME``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,31 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 OPS_DIR = os.path.join("tfx_dist", "_ops")
 
 
+DECLARATION = os.path.join(ROOT, "libraries.bzl")
+
+
+def _declaration() -> dict:
+    """The variables of libraries.bzl (Starlark written in the subset Python shares)."""
+    names: dict = {}
+    with open(DECLARATION) as f:
+        exec(compile(f.read(), DECLARATION, "exec"), {"__builtins__": {"dict": dict}}, names)
+    return names
+
+
+def _glob(patterns) -> set[str]:
+    files = set()
+    for pattern in patterns:
+        files.update(glob.glob(os.path.join(ROOT, pattern), recursive=True))
+    return files
+
+
+def _is_test(path: str) -> bool:
+    return "_test" in os.path.basename(path) or os.sep + "tests" + os.sep in path
+
+
 @dataclasses.dataclass(frozen=True)
 class Library:
-    """One shared library to build into ``tfx_dist/_ops/``."""
+    """One shared library to build into ``tfx_dist/_ops/`` (an entry of libraries.bzl)."""
 
     name: str  # file name without ".so"
     source_globs: tuple[str, ...]  # relative to the repository root
@@ -36,65 +59,40 @@ class Library:
     link_flags: tuple[str, ...] = ()
 
     def sources(self) -> list[str]:
-        files = set()
-        for pattern in self.source_globs:
-            files.update(glob.glob(os.path.join(ROOT, pattern), recursive=True))
-        return sorted(f for f in files
-                      if not f.endswith(".cu.cc") and "_test" not in os.path.basename(f))
+        files = _glob(self.source_globs + SHARED_SOURCE_GLOBS)
+        return sorted(f for f in files if not f.endswith(".cu.cc") and not _is_test(f))
 
     def cuda_sources(self) -> list[str]:
-        files = set()
-        for pattern in self.cuda_globs:
-            files.update(glob.glob(os.path.join(ROOT, pattern), recursive=True))
-        return sorted(files)
+        return sorted(_glob(self.cuda_globs))
 
 
-LIBRARIES = (
-    # Fused reduction across the local devices of one process.
-    Library(
-        name="_fused_reduce_ops",
-        source_globs=("custom_ops/fused_reduce/cc/**/*.cc",),
-        cuda_globs=("custom_ops/fused_reduce/cc/**/*.cu.cc",),
-    ),
-    # Cross-process collective runtime (pure C++, no TensorFlow): transports,
-    # ring collectives, fusion/negotiation, C API for ctypes and the kernels.
-    Library(
-        name="libtfx_comm",
-        source_globs=("custom_ops/common/**/*.cc", "custom_ops/comm/core/**/*.cc"),
-        tensorflow=False,
-        # libcrypto (wire protection) linked statically with its symbols kept
-        # inside: TensorFlow's libtensorflow_framework exports BoringSSL's EVP_*
-        # under the same names, which a dynamic -lcrypto could bind to instead.
-        link_flags=("-Wl,-soname,libtfx_comm.so", "-lrt", "-l:libcrypto.a", "-Wl,--exclude-libs,ALL",
-                    "-ldl"),
-    ),
-    # TensorFlow ops over libtfx_comm (TfxAllReduce, TfxAllGather, TfxBroadcast).
-    Library(
-        name="_comm_ops",
-        source_globs=("custom_ops/comm/cc/**/*.cc",),
-        deps=("libtfx_comm",),
-    ),
-    # Sharded embedding tables (pure C++, no TensorFlow): rows, optimizers,
-    # checkpoint files, C API for ctypes and the parameter server; with nvcc,
-    # the GPU lookup and optimizer kernels too (not yet called by any op).
-    Library(
-        name="libtfx_embedding",
-        source_globs=("custom_ops/common/**/*.cc", "custom_ops/embedding/core/**/*.cc",
-                      "custom_ops/embedding/server/**/*.cc"),
-        tensorflow=False,
-        deps=("libtfx_comm",),
-        cuda_globs=("custom_ops/embedding/cuda/**/*.cu.cc",),
-        link_flags=("-Wl,-soname,libtfx_embedding.so",),
-    ),
-    # TensorFlow ops over the parameter-server client (TfxPsLookup, TfxPsPush, TfxPsStepDone)
-    # and over an in-process table shard (TfxStoreLookup, TfxStoreApply: HybridStrategy), and
-    # the embedding layer's row sums (TfxSumRowsByIndex).
-    Library(
-        name="_ps_ops",
-        source_globs=("custom_ops/embedding/cc/**/*.cc",),
-        deps=("libtfx_embedding", "libtfx_comm"),
-    ),
-)
+@dataclasses.dataclass(frozen=True)
+class CppTest:
+    """One GoogleTest program (an entry of libraries.bzl's CPP_TESTS)."""
+
+    name: str
+    source_globs: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+    sanitizers: tuple[str, ...] = ()
+
+    def sources(self) -> list[str]:
+        own_tests = _glob(p for p in self.source_globs if "/tests/" in p)
+        files = _glob(self.source_globs + SHARED_SOURCE_GLOBS) - _glob(self.exclude)
+        # The code under test (without other tests), and this program's own tests.
+        return sorted(f for f in files
+                      if not f.endswith(".cu.cc") and (f in own_tests or not _is_test(f)))
+
+
+def _entries(cls, entries) -> tuple:
+    return tuple(cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in e.items()}) for e in entries)
+
+
+_DECLARED = _declaration()
+SHARED_SOURCE_GLOBS: tuple[str, ...] = tuple(_DECLARED["SHARED_SOURCE_GLOBS"])
+COPTS: tuple[str, ...] = tuple(_DECLARED["COPTS"])
+LIBRARIES: tuple[Library, ...] = _entries(Library, _DECLARED["LIBRARIES"])
+CPP_TESTS: tuple[CppTest, ...] = _entries(CppTest, _DECLARED["CPP_TESTS"])
+GPU_CHECKS: dict[str, dict] = {c["name"]: c for c in _DECLARED["GPU_CHECKS"]}
 
 
 def _tf_flags() -> tuple[list[str], list[str]]:
@@ -167,7 +165,7 @@ def build_library(lib: Library, out_dir: str, build_dir: str, nvcc: str | None,
                   extra_cflags: tuple[str, ...] = ()) -> str:
     """Builds ``lib`` into ``out_dir``; ``extra_cflags`` (e.g. a -D for a benchmark's
     variant) join the compiler flags, and so the name of the objects' folder."""
-    cflags = ["-O3", "-fPIC", "-std=c++17", "-Wall", "-Wno-sign-compare", "-pthread",
+    cflags = ["-O3", "-fPIC"] + list(COPTS) + [
               "-fvisibility=hidden" if not lib.tensorflow else "-fvisibility=default",
               "-I" + ROOT] + list(extra_cflags)
     ldflags = ["-shared", "-pthread"] + list(lib.link_flags)
@@ -253,10 +251,43 @@ def _write_build_info(out_dir: str, cuda: bool) -> None:
                    "python": sysconfig.get_python_version()}, f)
 
 
+def declared_sources(name: str) -> list[str]:
+    """The C++ sources (relative paths) of a library, a C++ test program, or a GPU check's host code."""
+    for entry in LIBRARIES + CPP_TESTS:
+        if entry.name == name:
+            return [os.path.relpath(f, ROOT) for f in entry.sources()]
+    if name in GPU_CHECKS:
+        files = _glob(tuple(GPU_CHECKS[name]["host_globs"]) + SHARED_SOURCE_GLOBS)
+        return sorted(os.path.relpath(f, ROOT) for f in files if not f.endswith(".cu.cc") and not _is_test(f))
+    raise SystemExit(f"build_ops.py: {name!r} is not declared in libraries.bzl")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", default=os.path.join(ROOT, OPS_DIR))
+    lists = parser.add_mutually_exclusive_group()
+    lists.add_argument("--sources", metavar="NAME",
+                       help="print the sources of a library, C++ test or GPU check of libraries.bzl")
+    lists.add_argument("--copts", action="store_true", help="print the flags of every C++ compile")
+    lists.add_argument("--tests", action="store_true", help="print the C++ test programs")
+    lists.add_argument("--sanitizers", metavar="TEST", help="print a C++ test's sanitizer variants")
+    lists.add_argument("--gpu-kernel", metavar="CHECK", help="print a GPU check's kernel source")
     args = parser.parse_args()
+    if args.sources:
+        print(" ".join(declared_sources(args.sources)))
+        return
+    if args.copts:
+        print(" ".join(COPTS))
+        return
+    if args.tests:
+        print(" ".join(t.name for t in CPP_TESTS))
+        return
+    if args.sanitizers:
+        print(" ".join(next((t.sanitizers for t in CPP_TESTS if t.name == args.sanitizers), ())))
+        return
+    if args.gpu_kernel:
+        print(GPU_CHECKS[args.gpu_kernel]["kernel"])
+        return
     for path in build_all(args.out_dir):
         print("built", os.path.relpath(path, ROOT))
 

@@ -8,6 +8,8 @@
 #                 compute-sanitizer's memcheck when it exists; timings to
 #                 benchmarks/results/embedding_gpu.md
 # BENCHMARKS.md includes both files. Needs nvcc, and a GPU unless --build-only.
+# The kernels and the host code they are checked against are declared in
+# libraries.bzl (GPU_CHECKS); no op library contains the embedding kernels.
 #
 #   bash scripts/gpu_check.sh [--build-only] [fused_reduce] [embedding]   # or: make gpu-check
 #   NVCC=/path/to/nvcc GPU_ARCH=sm_90 bash scripts/gpu_check.sh
@@ -15,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC="${NVCC:-nvcc}"
+PYTHON="${PYTHON:-python3}"
 CXX="${CXX:-g++}"
 build_only=0
 targets=()
@@ -39,7 +42,8 @@ mkdir -p "$out"
 flags=(-std=c++17 -O3 -DGOOGLE_CUDA=1 -I. --expt-relaxed-constexpr "${arch[@]}" -x cu)
 
 fused_reduce() {
-  local kernel=custom_ops/fused_reduce/cc/kernels/fused_reduce_kernels.cu.cc
+  local kernel
+  kernel=$("$PYTHON" build_ops.py --gpu-kernel fused_reduce)
   echo "== fused_reduce: $("$NVCC" --version | tail -2 | head -1) ${arch[*]}; registers and spills of the kernels:"
   rm -f "$out/kernel.o" "$out/fused_reduce_gpu_test" "$out/fused_reduce_gpu_bench"
   "$NVCC" "${flags[@]}" -Xptxas -v -c "$kernel" -o "$out/kernel.o" 2>&1 \
@@ -69,14 +73,20 @@ fused_reduce() {
 }
 
 embedding() {
-  local kernel=custom_ops/embedding/cuda/embedding_kernels.cu.cc
-  # The CPU store the kernels are checked against, built by the host compiler
-  # with the op build's flags (no -march: no FMA, as in build_ops.py).
+  local kernel src
+  kernel=$("$PYTHON" build_ops.py --gpu-kernel embedding)
+  # The CPU store the kernels are checked against (libraries.bzl's GPU_CHECKS),
+  # built by the host compiler with the op build's flags (no -march: no FMA, as
+  # in build_ops.py).
   local core=()
   rm -f "$out"/emb_*.o "$out/embedding_gpu_test" "$out/embedding_gpu_bench"
-  for src in embedding/core/{table,row_sums,block_arena,optimizers,initializer} common/status; do
-    "$CXX" -std=c++17 -O3 -pthread -I. -c "custom_ops/$src.cc" -o "$out/emb_${src##*/}.o" &
-    core+=("$out/emb_${src##*/}.o")
+  local copts obj
+  copts=$("$PYTHON" build_ops.py --copts)
+  for src in $("$PYTHON" build_ops.py --sources embedding); do
+    obj="$out/emb_$(echo "${src%.cc}" | tr / _).o"
+    # shellcheck disable=SC2086  # copts: one flag per word
+    "$CXX" $copts -O3 -I. -c "$src" -o "$obj" &
+    core+=("$obj")
   done
   wait  # (a failed compile shows as a missing object to ar below)
   echo "== embedding: $("$NVCC" --version | tail -2 | head -1) ${arch[*]}; registers and spills of the kernels:"

@@ -8,6 +8,16 @@ PYTHON=${PYTHON:-python3}
 
 log() { echo "[setup] $*"; }
 
+# apt_install PACKAGE...: from Debian, updating the package lists once if they are stale.
+apt_install() {
+    local sudo=""
+    [[ $(id -u) != 0 ]] && sudo=sudo
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "$@" >/dev/null 2>&1 || {
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "$@" >/dev/null
+    }
+}
+
 log "Python packages (TensorFlow 2.21 CPU, Keras 3.15, TensorBoard, scikit-learn, matplotlib, pytest)"
 # tensorflow-cpu leaves TensorBoard out; keras.callbacks.TensorBoard needs it.
 "$PYTHON" -m pip install -q --disable-pip-version-check \
@@ -15,22 +25,17 @@ log "Python packages (TensorFlow 2.21 CPU, Keras 3.15, TensorBoard, scikit-learn
 
 if [[ ! -f /usr/include/openssl/evp.h ]]; then
     log "OpenSSL's libcrypto headers and static library (libssl-dev: wire protection of TCP connections)"
-    SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get install -y -q libssl-dev >/dev/null 2>&1 || {
-        $SUDO apt-get update -q >/dev/null
-        $SUDO apt-get install -y -q libssl-dev >/dev/null
-    }
+    apt_install libssl-dev
+fi
+
+if [[ ! -f /usr/include/gtest/gtest.h ]]; then
+    log "GoogleTest from Debian (libgtest-dev: static libgtest.a, libgtest_main.a; the C++ tests)"
+    apt_install libgtest-dev
 fi
 
 if [[ "${TFX_SKIP_BAZEL:-0}" != 1 ]] && ! command -v bazel >/dev/null; then
     log "Bazel 4.2.3 from Debian (bazel-bootstrap; builds offline)"
-    SUDO=""; [[ $(id -u) != 0 ]] && SUDO=sudo
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get install -y -q bazel-bootstrap bazel-bootstrap-source >/dev/null 2>&1 || {
-        $SUDO apt-get update -q >/dev/null
-        $SUDO apt-get install -y -q bazel-bootstrap bazel-bootstrap-source >/dev/null
-    }
+    apt_install bazel-bootstrap bazel-bootstrap-source
 fi
 
 # Optional: the cluster engines the multi-host tests start for real (tests/engines).

@@ -68,3 +68,42 @@ def reliability(request):
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
     return record
+
+
+# --- The C++ test programs (libraries.bzl's CPP_TESTS) ----------------------
+# Built by the Makefile, which shares the objects between programs and tests:
+# each source is compiled once per variant in a whole run, whichever test asks.
+
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def cpp_test_program():
+    """``build(name, variant="opt")``: makes build/cpp-test/<variant>/<name> (a no-op when up to
+    date) and returns ``run(*gtest_args, env=None, timeout=600)``, which runs it and returns its
+    output, failing the test when a case fails."""
+    if shutil.which("make") is None or shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("needs make and a C++ compiler")
+    if not os.path.exists("/usr/include/gtest/gtest.h"):
+        pytest.skip("needs GoogleTest (apt-get install libgtest-dev; scripts/setup.sh does)")
+
+    def build(name: str, variant: str = "opt"):
+        target = os.path.join("build", "cpp-test", variant, name)
+        made = subprocess.run(["make", "-s", "-j2", target], cwd=ROOT, capture_output=True, text=True,
+                              timeout=1200)
+        assert made.returncode == 0, f"make {target} failed:\n{made.stdout[-5000:]}{made.stderr[-5000:]}"
+
+        def run(*args: str, env=None, timeout: float = 600) -> str:
+            result = subprocess.run([os.path.join(ROOT, target), "--gtest_brief=1", *args],
+                                    capture_output=True, text=True, timeout=timeout,
+                                    env=dict(os.environ, **(env or {})))
+            output = result.stdout + result.stderr
+            assert result.returncode == 0, f"{target} {' '.join(args)} exited {result.returncode}:\n" \
+                                           f"{result.stdout[-5000:]}\n{result.stderr[-8000:]}"
+            assert "[  PASSED  ]" in output, output[-3000:]
+            return output
+        return run
+    return build

@@ -1,4 +1,4 @@
-"""tfx_library: the Bazel twin of build_ops.py's Library(...) declaration.
+"""tfx_library: builds one library of libraries.bzl, as build_ops.py does.
 
 Each call builds //:tfx_dist/_ops/<name>.so (bazel-bin/tfx_dist/_ops/<name>.so)
 from the same globs, with the same flags as build_ops.build_library:
@@ -18,10 +18,11 @@ load(
     "TF_COPTS",
     "TF_DEFINES",
 )
+load("//:libraries.bzl", "COPTS")
 
 OPS_DIR = "tfx_dist/_ops"
 
-_EXCLUDE = ["**/*_test*", "**/*.cu.cc"]
+_EXCLUDE = ["**/*_test*", "**/tests/**", "**/*.cu.cc"]
 
 def tfx_so(name):
     """The label of library `name`'s .so file."""
@@ -73,12 +74,7 @@ def tfx_library(name, source_globs, tensorflow = True, deps = [], cuda_globs = [
         # Declared ahead of its sources: nothing to build yet.
         return
 
-    copts = [
-        "-O3",
-        "-fPIC",
-        "-Wall",
-        "-Wno-sign-compare",
-        "-pthread",
+    copts = ["-O3", "-fPIC"] + COPTS + [
         "-fvisibility=default" if tensorflow else "-fvisibility=hidden",
     ]
     linkopts = ["-pthread"] + list(link_flags)
@@ -138,6 +134,13 @@ def tfx_library(name, source_globs, tensorflow = True, deps = [], cuda_globs = [
         actual = ":" + so,
         visibility = ["//visibility:public"],
     )
+
+def tfx_libraries(libraries, shared_source_globs):
+    """tfx_library for each entry of libraries.bzl's LIBRARIES, with the shared sources."""
+    for lib in libraries:
+        args = dict(lib)
+        args["source_globs"] = lib["source_globs"] + shared_source_globs
+        tfx_library(**args)
 
 def tfx_existing(names):
     """The .so labels of the libraries among `names` that have sources here."""

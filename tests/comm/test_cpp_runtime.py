@@ -1,27 +1,32 @@
-"""The collective runtime's C++ tests (custom_ops/comm/tests/runtime_test.cc).
+"""The collective runtime's C++ tests (custom_ops/comm/tests/, GoogleTest).
 
 One process, no TensorFlow: every collective over tcp and shm with 1 to 12
 ranks connected by socketpairs, sizes 0, 1, odd and larger than a chunk,
-every dtype and reduction against a reference; the coordinator and the
-message encoding on their own. `make cpp-test` builds and runs it; this test
-is how `make test` (pytest) runs it, once.
+every dtype and reduction against a reference; the coordinator, the message
+encoding and wire protection on their own; the service's and the parameter
+server's decoders fuzzed. `make cpp-test` builds and runs the same programs.
 """
 
 import os
-import shutil
-import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-@pytest.mark.skipif(shutil.which("make") is None or shutil.which("g++") is None,
-                    reason="needs make and g++")
-def test_cpp_runtime_tests_pass():
+@pytest.fixture(autouse=True)
+def _shm():
     if not os.path.isdir("/dev/shm"):
         pytest.skip("the shared-memory transport needs /dev/shm")
-    result = subprocess.run(["make", "-s", "-j2", "cpp-test"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=900)
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
-    assert " 0 failed" in result.stderr, result.stderr[-2000:]
+
+
+def test_runtime(cpp_test_program):
+    # The service's cases are tests/comm/test_service_native.py's.
+    cpp_test_program("comm_tests")("--gtest_filter=-Service*", timeout=900)
+
+
+def test_decoders_fuzzed(cpp_test_program):
+    cpp_test_program("service_fuzz_test")()
+
+
+def test_one_case_runs_alone_by_name(cpp_test_program):
+    out = cpp_test_program("comm_tests")("--gtest_filter=Coordinator.OnItsOwn")
+    assert "1 test from 1 test suite ran" in out, out

@@ -1,5 +1,5 @@
 // In-process fuzzing of the request/response service's decoders and of the
-// parameter server's request decoders (issue 19), run by `make cpp-test`:
+// parameter server's request decoders, run by `make cpp-test`:
 //   - a Server reading random, mutated, truncated frames and frames with
 //     huge length fields from one client (frame_io.cc CheckHeader, server.cc);
 //   - the same bytes on a protected connection (TFX_WIRE_PROTECTION): every
@@ -33,6 +33,7 @@
 #include "custom_ops/embedding/server/codec.h"
 #include "custom_ops/embedding/server/parameter_server.h"
 #include "custom_ops/embedding/server/protocol.h"
+#include "custom_ops/testing/check.h"
 
 namespace svc = tfx::comm::service;
 using tfx::Code;
@@ -40,16 +41,6 @@ using tfx::Status;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-int g_checks = 0, g_failures = 0;
-#define CHECK(cond, what)                                                                        \
-  do {                                                                                           \
-    ++g_checks;                                                                                  \
-    if (!(cond)) {                                                                               \
-      ++g_failures;                                                                              \
-      std::fprintf(stderr, "FAILED %s:%d: %s: %s\n", __FILE__, __LINE__, #cond, std::string(what).c_str()); \
-    }                                                                                            \
-  } while (0)
 
 constexpr uint64_t kMaxFrame = 1 << 20;
 
@@ -371,16 +362,17 @@ void FuzzParameterServer(int iterations) {
 
 }  // namespace
 
-int main() {
+int Iterations() {
   const char* env = std::getenv("TFX_FUZZ_ITERATIONS");
-  const int n = env ? std::atoi(env) : 1500;
-  const auto start = Clock::now();
-  FuzzServer(n, /*protect=*/false);
-  FuzzServer(n / 3, /*protect=*/true);
-  FuzzSealedServer(n / 3);
-  FuzzClient(n);
-  FuzzParameterServer(n * 4);
-  const double s = std::chrono::duration<double>(Clock::now() - start).count();
-  std::fprintf(stderr, "service fuzz: %d checks, %d failed, %.1f s\n", g_checks, g_failures, s);
-  return g_failures == 0 ? 0 : 1;
+  return env ? std::atoi(env) : 1500;
 }
+
+TEST(ServiceFuzz, Server) { FuzzServer(Iterations(), /*protect=*/false); }
+
+TEST(ServiceFuzz, ProtectedServer) { FuzzServer(Iterations() / 3, /*protect=*/true); }
+
+TEST(ServiceFuzz, SealedServer) { FuzzSealedServer(Iterations() / 3); }
+
+TEST(ServiceFuzz, Client) { FuzzClient(Iterations()); }
+
+TEST(ServiceFuzz, ParameterServer) { FuzzParameterServer(Iterations() * 4); }

@@ -1,0 +1,169 @@
+// Negotiation through the runtime: ranks that disagree, a rank that never
+// submits, and Horovod's join.
+#include "custom_ops/comm/tests/runtime_job.h"
+
+namespace {
+
+// Ranks that disagree get an error naming each view; the job survives it.
+// A rank that never submits times the others out.
+void TestNegotiationThroughTheRuntime() {
+  Job job = MakeJob(3, true, /*timeout_s=*/0.5);
+  {
+    Latch latch;
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(5, 1.0f));
+    for (int r = 0; r < 3; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("x", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {r == 2 ? 5 : 4},
+                             bufs[r].data(), bufs[r].data(), &latch));
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& s : latch.statuses) {
+      CHECK(s.code() == Code::kFailedPrecondition, s.message());
+      CHECK(s.message().find("rank 2 submitted allreduce float32[5] sum") != std::string::npos, s.message());
+    }
+  }
+  {
+    Latch latch;
+    std::vector<std::vector<float>> bufs(2, std::vector<float>(4, 1.0f));
+    for (int r = 0; r < 2; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("lonely", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {4},
+                             bufs[r].data(), bufs[r].data(), &latch));
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& s : latch.statuses) {
+      CHECK(s.code() == Code::kDeadlineExceeded, s.message());
+      CHECK(s.message().find("rank 2 to submit") != std::string::npos, s.message());
+    }
+  }
+  {  // all-to-all with different trailing dimensions: a mismatch on every rank
+    Latch latch;
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(12, 1.0f));
+    for (int r = 0; r < 3; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("a2a", OpType::kAlltoall, DataType::kFloat32, ReduceOp::kSum, {3, r == 1 ? 4 : 2},
+                             bufs[r].data(), nullptr, &latch));
+      es.back().meta.splits = {1, 1, 1};
+      es.back().allocate = [](int64_t) -> void* { return nullptr; };
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& s : latch.statuses) {
+      CHECK(s.code() == Code::kFailedPrecondition, s.message());
+      CHECK(s.message().find("rank 1 submitted alltoall float32[3,4] splits=[1,1,1]") != std::string::npos,
+            s.message());
+    }
+  }
+  int round = 100;
+  TestAllreduce(job, true, {7}, false, &round);  // still usable
+}
+
+// Horovod's join: rank 2 joins first; ranks 0 and 1 go on all-reducing (rank
+// 2 adds zeros, a mean still divides by 3); an all-gather meanwhile fails on
+// the ranks that submitted it; join returns the last rank to join, and then
+// all three all-reduce as before.
+void TestJoin() {
+  Job job = MakeJob(3, true, /*timeout_s=*/20.0);
+  Latch rank2_join;
+  int32_t out2 = -1, in2 = 0;
+  {
+    std::vector<Entry> es;
+    es.push_back(MakeEntry("join", OpType::kJoin, DataType::kInt32, ReduceOp::kSum, {}, &in2, &out2, &rank2_join));
+    job[2].Submit(std::move(es));
+  }
+  for (int step = 0; step < 3; ++step) {  // different names, and one name again (FIFO rounds)
+    Latch latch;
+    std::vector<std::vector<float>> sum(2, std::vector<float>(5)), mean(2, std::vector<float>(70000));
+    for (int r = 0; r < 2; ++r) {
+      for (size_t i = 0; i < 5; ++i) sum[r][i] = static_cast<float>(Value(r, i) + step);
+      for (size_t i = 0; i < mean[r].size(); ++i) mean[r][i] = static_cast<float>(Value(r, i));
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("g" + std::to_string(step % 2), OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum,
+                             {5}, sum[r].data(), sum[r].data(), &latch));
+      es.push_back(MakeEntry("m", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kMean,
+                             {static_cast<int64_t>(mean[r].size())}, mean[r].data(), mean[r].data(), &latch));
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& st : latch.statuses) CHECK(st.ok(), "join: all-reduce: " + st.message());
+    for (int r = 0; r < 2; ++r) {
+      bool ok = true;
+      for (size_t i = 0; i < 5; ++i) ok = ok && sum[r][i] == static_cast<float>(Value(0, i) + Value(1, i) + 2 * step);
+      for (size_t i = 0; i < mean[r].size(); ++i)
+        ok = ok && std::fabs(mean[r][i] - static_cast<float>((Value(0, i) + Value(1, i)) / 3.0)) < 1e-5;
+      CHECK(ok, "join: rank " + std::to_string(r) + " step " + std::to_string(step) + ": zeros from rank 2");
+    }
+  }
+  {  // any other collective while a rank has joined: an error on the ranks that submitted it
+    Latch latch;
+    std::vector<std::vector<float>> bufs(2, std::vector<float>(2, 1.0f));
+    for (int r = 0; r < 2; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("ag", OpType::kAllgather, DataType::kFloat32, ReduceOp::kSum, {2}, bufs[r].data(),
+                             nullptr, &latch));
+      es.back().allocate = [](int64_t) -> void* { return nullptr; };
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& st : latch.statuses) {
+      CHECK(st.code() == Code::kFailedPrecondition, st.message());
+      CHECK(st.message().find("allgather 'ag' while rank(s) 2 have joined") != std::string::npos, st.message());
+    }
+  }
+  CHECK(rank2_join.left == 1, "join: rank 2's join returned before every rank joined");
+  Latch joins;
+  int32_t outs[2] = {-1, -1}, ins[2] = {0, 0};
+  for (int r = 0; r < 2; ++r) {
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1 joins last
+    std::vector<Entry> es;
+    es.push_back(MakeEntry("join", OpType::kJoin, DataType::kInt32, ReduceOp::kSum, {}, &ins[r], &outs[r], &joins));
+    job[r].Submit(std::move(es));
+  }
+  joins.Wait();
+  rank2_join.Wait();
+  for (const Status& st : joins.statuses) CHECK(st.ok(), "join: " + st.message());
+  CHECK(rank2_join.statuses[0].ok(), "join: rank 2: " + rank2_join.statuses[0].message());
+  CHECK(outs[0] == 1 && outs[1] == 1 && out2 == 1,
+        "join: last rank " + std::to_string(outs[0]) + ", " + std::to_string(outs[1]) + ", " + std::to_string(out2));
+  int round = 200;
+  TestAllreduce(job, true, {7, 300}, true, &round);  // every rank again, no one joined
+  {  // a joined rank waits as long as the others make progress, beyond the timeout (0.5 s, + 2 s on rank 1)
+    Job pair = MakeJob(2, false, /*timeout_s=*/0.5);
+    Latch joined;
+    int32_t in = 0, out1 = -1, out0 = -1;
+    std::vector<Entry> es;
+    es.push_back(MakeEntry("join", OpType::kJoin, DataType::kInt32, ReduceOp::kSum, {}, &in, &out1, &joined));
+    pair[1].Submit(std::move(es));
+    bool ok = true;
+    for (int step = 0; step < 12; ++step) {  // 3 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      Latch latch;
+      std::vector<double> v{1.0 + step, 2.0};
+      std::vector<Entry> one;
+      one.push_back(MakeEntry("w", OpType::kAllreduce, DataType::kFloat64, ReduceOp::kMean, {2}, v.data(), v.data(),
+                              &latch));
+      pair[0].Submit(std::move(one));
+      latch.Wait();
+      ok = ok && latch.statuses[0].ok() && v[0] == (1.0 + step) / 2 && v[1] == 1.0;
+    }
+    CHECK(ok, "join: a long wait: the all-reduces with the joined rank");
+    Latch last;
+    std::vector<Entry> mine;
+    mine.push_back(MakeEntry("join", OpType::kJoin, DataType::kInt32, ReduceOp::kSum, {}, &in, &out0, &last));
+    pair[0].Submit(std::move(mine));
+    last.Wait();
+    joined.Wait();
+    CHECK(last.statuses[0].ok() && joined.statuses[0].ok() && out0 == 0 && out1 == 0,
+          "join: a long wait: " + joined.statuses[0].message() + " / last rank " + std::to_string(out1));
+  }
+  std::fprintf(stderr, "join: 3 ranks, rank 2 joined first: zeros in sums and means, allgather refused, last rank "
+               "%d: %s\n", out2, ::testing::Test::HasFailure() ? "FAILED" : "ok");
+}
+
+}  // namespace
+
+TEST(Negotiation, MismatchAndTimeout) { TestNegotiationThroughTheRuntime(); }
+
+TEST(Negotiation, Join) { TestJoin(); }
