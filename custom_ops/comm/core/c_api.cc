@@ -12,7 +12,7 @@
 #include <mutex>
 
 #include "custom_ops/comm/core/communicator.h"
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/protocol/op_traits.h"
 
 using tfx::comm::Code;
 using tfx::comm::Communicator;

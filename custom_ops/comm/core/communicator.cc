@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
 #include "custom_ops/comm/core/transport/connect_pair.h"
 
 namespace tfx::comm {
@@ -122,7 +121,7 @@ Status Communicator::Execute(const Response& resp, std::vector<Entry*>& entries)
   for (const Entry* e : entries) first = std::min(first, e->submitted);
   const size_t code = static_cast<size_t>(resp.op);
   if (executors_.size() <= code) executors_.resize(code + 1);
-  if (!executors_[code]) executors_[code] = FindOp(static_cast<int>(code))->make_executor();
+  if (!executors_[code]) executors_[code] = MakeExecutor(resp.op);
   ExecContext ctx;
   ctx.rank = rank_;
   ctx.size = size_;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "custom_ops/comm/core/executors/executor.h"
-#include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/negotiation/runtime.h"
 #include "custom_ops/comm/core/topology.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
 #include "custom_ops/comm/core/transport/pair.h"
@@ -82,7 +82,7 @@ class Communicator {
 
  private:
   Communicator(int rank, int size, const CommunicatorOptions& options);
-  // Runs the response's executor (executors/ops.cc), timed (see Stats).
+  // Runs the response's executor (executors/make_executor.cc), timed (see Stats).
   Status Execute(const Response& resp, std::vector<Entry*>& entries);
   // Gathers every rank's same_host row and sets topology_ and hierarchical_.
   Status LearnTopology(const std::vector<bool>& same_host);

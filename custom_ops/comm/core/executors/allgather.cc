@@ -1,6 +1,6 @@
 // All-gather of one tensor: the output (every rank's first dimension, from
 // the coordinator's response) is allocated here, then the ring fills it.
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 
 namespace tfx::comm {
 namespace {

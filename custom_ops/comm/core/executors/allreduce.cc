@@ -5,7 +5,7 @@
 // the flat one in topology order, or the hierarchical all-reduce (within
 // hosts, across them, within them again) when ctx.hierarchical and the bucket
 // is at least ctx.hierarchical_min_bytes.
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 
 namespace tfx::comm {

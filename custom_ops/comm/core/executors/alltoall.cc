@@ -2,14 +2,14 @@
 // (AlltoallComplete), so this rank knows what it receives from each peer; the
 // outputs are allocated here, then one pairwise exchange fills them.
 //
-// A fused bucket of K all-to-alls (ops.cc: AlltoallFuses) is still one
+// A fused bucket of K all-to-alls (protocol/op_traits.cc: AlltoallFuses) is still one
 // exchange: the response carries K split matrices, key after key; the block
 // for peer j is every tensor's block for j back to back (tensor order), packed
 // into the scratch buffer, and what arrives from j is cut the same way. A lone
 // tensor is sent from where it lies and received straight into its output.
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 
 namespace tfx::comm {
 namespace {

@@ -2,7 +2,7 @@
 // the output around the ring. (Broadcasts are not fused: one entry each.)
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 
 namespace tfx::comm {
 namespace {

@@ -4,7 +4,7 @@
 // them) on this rank's entries for its keys, in key order. It sees the
 // communicator only through an ExecContext: this rank's place, its pairs to
 // every peer, the options, a scratch buffer and the counters. The runtime
-// chooses the executor from the op table (ops.h) by the response's op.
+// makes each op's executor once, by the response's op (MakeExecutor).
 #pragma once
 
 #include <atomic>
@@ -15,7 +15,7 @@
 #include "custom_ops/comm/core/collectives/collectives.h"
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/executors/fusion_buffer.h"
-#include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/protocol/request.h"
 #include "custom_ops/comm/core/topology.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
@@ -71,6 +71,9 @@ class Executor {
   // A failure leaves the communicator broken (data may be in flight).
   virtual Status Execute(const Response& resp, std::vector<Entry*>& entries, ExecContext& ctx) = 0;
 };
+
+// The executor of `op` (executors/make_executor.cc); null for an unknown op.
+std::unique_ptr<Executor> MakeExecutor(OpType op);
 
 // "allreduce 'x'" or "allreduce of 5 fused tensors ('a', 'b', ...)", for errors.
 std::string DescribeEntries(const char* op, const std::vector<Entry*>& entries);

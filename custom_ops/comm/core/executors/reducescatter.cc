@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 
 namespace tfx::comm {

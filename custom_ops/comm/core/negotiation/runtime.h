@@ -18,25 +18,12 @@
 #include <vector>
 
 #include "custom_ops/comm/core/deadline.h"
-#include "custom_ops/comm/core/fusion/control_channel.h"
-#include "custom_ops/comm/core/fusion/coordinator.h"
-#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/negotiation/control_channel.h"
+#include "custom_ops/comm/core/negotiation/coordinator.h"
+#include "custom_ops/comm/core/negotiation/messages.h"
 #include "custom_ops/comm/core/timeline.h"
 
 namespace tfx::comm {
-
-// One tensor of a collective call.
-struct Entry {
-  EntryMeta meta;  // meta.key is the call's name (see messages.h: matched FIFO per name)
-  const void* input = nullptr;
-  void* output = nullptr;                       // allreduce, broadcast: preallocated
-  // allgather, alltoall, reducescatter (OpRow::allocates_output): the output
-  // for dim0 rows, once the ranks have agreed.
-  std::function<void*(int64_t dim0)> allocate;
-  int64_t* received_splits = nullptr;  // alltoall: size values, rows from each rank
-  std::function<void(const Status&)> done;
-  Clock::time_point submitted;
-};
 
 struct RuntimeOptions {
   size_t bucket_bytes = 64 << 20;

@@ -1,4 +1,4 @@
-#include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/negotiation/runtime.h"
 
 #include <poll.h>
 #include <pthread.h>
