@@ -22,7 +22,7 @@ class AllgatherExecutor : public Executor {
     if (out == nullptr && total * row > 0)
       return Status(Code::kInternal, "tfx_dist rank " + std::to_string(ctx.rank) + ": " + what +
                                          ": could not allocate the output");
-    Deadline deadline(ctx.timeout_s);
+    Deadline deadline(ctx.options.timeout_s);
     return RingAllgather(ctx.Ring(what, &deadline), e->input, out, blocks);
   }
 };

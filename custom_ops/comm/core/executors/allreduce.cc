@@ -22,7 +22,7 @@ class AllreduceExecutor : public Executor {
     ctx.stats->fused_entries.fetch_add(static_cast<int64_t>(entries.size()), std::memory_order_relaxed);
     for (Entry* e : entries)
       ctx.stats->allreduce_bytes.fetch_add(static_cast<int64_t>(e->meta.bytes()), std::memory_order_relaxed);
-    Deadline deadline(ctx.timeout_s);
+    Deadline deadline(ctx.options.timeout_s);
     const std::string what = DescribeEntries("allreduce", entries);
     size_t bucket_bytes = 0;
     for (Entry* e : entries) bucket_bytes += e->meta.bytes();

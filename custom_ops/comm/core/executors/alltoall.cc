@@ -58,7 +58,7 @@ class AlltoallExecutor : public Executor {
       recv_off[j] = received;
       received += recv_bytes[j];
     }
-    Deadline deadline(ctx.timeout_s);
+    Deadline deadline(ctx.options.timeout_s);
     if (k == 1)
       return PairwiseAlltoall(ctx.Mesh(what, &deadline), static_cast<const char*>(entries[0]->input), send_off,
                               send_bytes, outs[0], recv_off, recv_bytes);

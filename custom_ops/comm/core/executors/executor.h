@@ -15,6 +15,7 @@
 #include "custom_ops/comm/core/collectives/collectives.h"
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/executors/fusion_buffer.h"
+#include "custom_ops/comm/core/options.h"
 #include "custom_ops/comm/core/protocol/request.h"
 #include "custom_ops/comm/core/topology.h"
 #include "custom_ops/comm/core/transport/pair.h"
@@ -36,11 +37,12 @@ struct CommStats {
 };
 
 struct ExecContext {
+  explicit ExecContext(const CommunicatorOptions& options) : options(options) {}
+
+  const CommunicatorOptions& options;  // timeout_s bounds every wait; chunk_bytes cuts the ring
   int rank = 0;
   int size = 1;
   const std::vector<std::unique_ptr<Pair>>* pairs = nullptr;  // [peer], null at rank
-  double timeout_s = 300.0;
-  size_t chunk_bytes = 128 << 10;
   FusionBuffer* scratch = nullptr;  // the runtime thread's; one executor at a time
   CommStats* stats = nullptr;
   const Topology* topology = nullptr;  // null: every rank a host of its own

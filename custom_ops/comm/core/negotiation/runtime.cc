@@ -31,7 +31,7 @@ Clock::duration Seconds(double s) {
 }  // namespace
 
 Runtime::Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>> channels,
-                 const RuntimeOptions& options, Executor executor, std::function<void()> on_broken)
+                 const CommunicatorOptions& options, Executor executor, std::function<void()> on_broken)
     : rank_(rank),
       size_(size),
       options_(options),

@@ -21,16 +21,10 @@
 #include "custom_ops/comm/core/negotiation/control_channel.h"
 #include "custom_ops/comm/core/negotiation/coordinator.h"
 #include "custom_ops/comm/core/negotiation/messages.h"
+#include "custom_ops/comm/core/options.h"
 #include "custom_ops/comm/core/timeline.h"
 
 namespace tfx::comm {
-
-struct RuntimeOptions {
-  size_t bucket_bytes = 64 << 20;
-  double cycle_time_ms = 0.0;
-  double timeout_s = 300.0;
-  bool alltoall_fusion = true;
-};
 
 class Runtime {
  public:
@@ -39,9 +33,10 @@ class Runtime {
 
   // channels: on rank 0, channels[r] connects to rank r (channels[0] null);
   // elsewhere channels[0] connects to rank 0. on_broken shuts the data
-  // connections down so that peers blocked on us fail fast.
+  // connections down so that peers blocked on us fail fast. `options` is
+  // kept by reference: its owner (the communicator) outlives the runtime.
   Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>> channels,
-          const RuntimeOptions& options, Executor executor, std::function<void()> on_broken);
+          const CommunicatorOptions& options, Executor executor, std::function<void()> on_broken);
   ~Runtime();
 
   // wake_loop=false: the caller drives the loop itself right after (Drive).
@@ -90,7 +85,7 @@ class Runtime {
 
   const int rank_;
   const int size_;
-  const RuntimeOptions options_;
+  const CommunicatorOptions& options_;
   std::vector<std::unique_ptr<ControlChannel>> channels_;
   std::vector<bool> channel_open_;
   Executor executor_;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "custom_ops/comm/core/defaults.h"
 #include "custom_ops/comm/core/service/wire.h"
 #include "custom_ops/comm/core/status.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
@@ -31,7 +32,7 @@
 namespace tfx::comm::service {
 
 struct ClientOptions {
-  double timeout_s = 300.0;  // bound on one whole Call
+  double timeout_s = defaults::kTimeoutS;  // bound on one whole Call
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
   bool use_shm = true;  // same-host servers over shared memory (both ends must agree)
   std::vector<std::string> server_labels;  // server_labels[i] = "ps 1": names server i in errors
