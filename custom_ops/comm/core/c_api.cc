@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "custom_ops/comm/core/c_api_registry.h"
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/protocol/op_traits.h"
 #include "custom_ops/common/c_api_error.h"
 
 using tfx::Code;

@@ -37,7 +37,7 @@ enum { TFX_REDUCE_SUM = 0, TFX_REDUCE_MEAN = 1, TFX_REDUCE_MIN = 2, TFX_REDUCE_M
 enum { TFX_COMPRESSION_NONE = 0, TFX_COMPRESSION_FLOAT16 = 1, TFX_COMPRESSION_BFLOAT16 = 2 };
 
 /* Collectives (tfx_entry.op). A new one also needs a row in
- * core/executors/ops.cc (see custom_ops/comm/README.md). */
+ * core/protocol/op_traits.cc (see custom_ops/comm/README.md). */
 enum {
   TFX_OP_ALLREDUCE = 1,
   TFX_OP_ALLGATHER = 2,

@@ -11,7 +11,7 @@
 
 #include "custom_ops/comm/core/c_api.h"
 #include "custom_ops/comm/core/c_api_registry.h"
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/protocol/op_traits.h"
 #include "custom_ops/common/c_api_error.h"
 
 using tfx::Code;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
 #include "custom_ops/comm/core/transport/connect_pair.h"
 
 namespace tfx::comm {
@@ -31,11 +30,10 @@ Status Communicator::LearnTopology(const std::vector<bool>& same_host) {
   std::vector<char> rows(static_cast<size_t>(size_) * size_);
   for (int p = 0; p < size_; ++p) rows[static_cast<size_t>(rank_) * size_ + p] = p == rank_ || same_host[p];
   if (size_ > 1) {
-    ExecContext ctx;
+    ExecContext ctx(options_);
     ctx.rank = rank_;
     ctx.size = size_;
     ctx.pairs = &pairs_;
-    ctx.chunk_bytes = options_.chunk_bytes;
     Deadline deadline(options_.timeout_s);
     const CollectiveContext ring = ctx.Ring("exchange of the same-host rows (topology)", &deadline);
     TFX_RETURN_IF_ERROR(RingAllgather(ring, rows.data() + static_cast<size_t>(rank_) * size_, rows.data(),
@@ -94,14 +92,9 @@ Status Communicator::Create(int rank, int size, const std::vector<int>& data_fds
   }
   if (status.ok()) status = comm->LearnTopology(same_host);
   if (!status.ok()) return status;
-  RuntimeOptions ro;
-  ro.bucket_bytes = options.bucket_bytes;
-  ro.cycle_time_ms = options.cycle_time_ms;
-  ro.alltoall_fusion = options.alltoall_fusion;
-  ro.timeout_s = options.timeout_s;
   Communicator* self = comm.get();
   comm->runtime_.reset(new Runtime(
-      rank, size, std::move(channels), ro,
+      rank, size, std::move(channels), comm->options_,
       [self](const Response& resp, std::vector<Entry*>& entries) { return self->Execute(resp, entries); },
       [self]() {
         for (auto& p : self->pairs_)
@@ -122,13 +115,11 @@ Status Communicator::Execute(const Response& resp, std::vector<Entry*>& entries)
   for (const Entry* e : entries) first = std::min(first, e->submitted);
   const size_t code = static_cast<size_t>(resp.op);
   if (executors_.size() <= code) executors_.resize(code + 1);
-  if (!executors_[code]) executors_[code] = FindOp(static_cast<int>(code))->make_executor();
-  ExecContext ctx;
+  if (!executors_[code]) executors_[code] = MakeExecutor(resp.op);
+  ExecContext ctx(options_);
   ctx.rank = rank_;
   ctx.size = size_;
   ctx.pairs = &pairs_;
-  ctx.timeout_s = options_.timeout_s;
-  ctx.chunk_bytes = options_.chunk_bytes;
   ctx.scratch = &fusion_buffer_;
   ctx.stats = &stats_;
   ctx.topology = &topology_;

@@ -11,32 +11,12 @@
 #include <vector>
 
 #include "custom_ops/comm/core/executors/executor.h"
-#include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/negotiation/runtime.h"
+#include "custom_ops/comm/core/options.h"
 #include "custom_ops/comm/core/topology.h"
-#include "custom_ops/comm/core/transport/frame_protection.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
 namespace tfx::comm {
-
-struct CommunicatorOptions {
-  double timeout_s = 300.0;
-  size_t bucket_bytes = 64 << 20;
-  double cycle_time_ms = 0.0;
-  Compression compression = Compression::kNone;  // default for requests that say "none"
-  bool use_shm = true;
-  size_t chunk_bytes = 128 << 10;
-  Hierarchical hierarchical = Hierarchical::kAuto;
-  std::string timeline_path;  // non-empty: start the timeline (timeline.h) there
-  bool timeline_mark_cycles = false;
-  size_t hierarchical_min_stripe_bytes = 0;  // kAuto only (tfx_dist/settings.py says why)
-  bool alltoall_fusion = true;  // all-to-alls ready together share one exchange
-  // Per peer (indexed by rank): the data connection's wire protection keys;
-  // empty: none. Used by TCP pairs only (shared memory needs none).
-  std::vector<WireKeys> wire_keys;
-  // Per peer: the control connection's keys (rank 0: every other rank's;
-  // others: [0], rank 0's); empty: none. Same mode as wire_keys.
-  std::vector<WireKeys> ctrl_keys;
-};
 
 class Communicator {
  public:
@@ -82,7 +62,7 @@ class Communicator {
 
  private:
   Communicator(int rank, int size, const CommunicatorOptions& options);
-  // Runs the response's executor (executors/ops.cc), timed (see Stats).
+  // Runs the response's executor (executors/make_executor.cc), timed (see Stats).
   Status Execute(const Response& resp, std::vector<Entry*>& entries);
   // Gathers every rank's same_host row and sets topology_ and hierarchical_.
   Status LearnTopology(const std::vector<bool>& same_host);

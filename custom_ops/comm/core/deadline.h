@@ -8,6 +8,11 @@ namespace tfx::comm {
 
 using Clock = std::chrono::steady_clock;
 
+// Seconds as a Clock duration.
+inline Clock::duration ToDuration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 class Deadline {
  public:
   explicit Deadline(double seconds_from_now)

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "custom_ops/comm/core/deadline.h"
-#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/protocol/request.h"
 #include "custom_ops/common/status.h"
 
 namespace tfx::comm {

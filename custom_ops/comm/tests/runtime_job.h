@@ -21,8 +21,8 @@
 
 #include "custom_ops/comm/core/c_api.h"
 #include "custom_ops/comm/core/communicator.h"
-#include "custom_ops/comm/core/fusion/coordinator.h"
-#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/negotiation/coordinator.h"
+#include "custom_ops/comm/core/negotiation/messages.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
 

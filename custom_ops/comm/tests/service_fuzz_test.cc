@@ -4,7 +4,7 @@
 //     huge length fields from one client (frame_io.cc CheckHeader, server.cc);
 //   - the same bytes on a protected connection (TFX_WIRE_PROTECTION): every
 //     one is refused before the handler, which never runs;
-//   - a Client reading mutated replies from a fake server (client.cc);
+//   - a Client reading mutated replies from a fake server (client_receive.cc);
 //   - the parameter server's handler (parameter_server.cc, protocol.cc,
 //     codec.h) called with mutated LOOKUP / PUSH / STEP_DONE / SET_OPTIMIZER
 //     payloads and unknown kinds, and DecodeCreateTable on mutated tables.

@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "custom_ops/comm/core/defaults.h"
 #include "custom_ops/common/status.h"
 #include "custom_ops/embedding/core/table.h"
 
@@ -34,7 +35,7 @@ struct ParameterServerOptions {
   int num_servers = 1;
   int num_workers = 1;   // the service's clients
   bool synchronous = true;
-  double timeout_s = 300.0;
+  double timeout_s = tfx::comm::defaults::kTimeoutS;
 };
 
 class ParameterServer {

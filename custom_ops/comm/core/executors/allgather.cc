@@ -1,6 +1,6 @@
 // All-gather of one tensor: the output (every rank's first dimension, from
 // the coordinator's response) is allocated here, then the ring fills it.
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 
 namespace tfx::comm {
 namespace {
@@ -22,7 +22,7 @@ class AllgatherExecutor : public Executor {
     if (out == nullptr && total * row > 0)
       return Status(Code::kInternal, "tfx_dist rank " + std::to_string(ctx.rank) + ": " + what +
                                          ": could not allocate the output");
-    Deadline deadline(ctx.timeout_s);
+    Deadline deadline(ctx.options.timeout_s);
     return RingAllgather(ctx.Ring(what, &deadline), e->input, out, blocks);
   }
 };

@@ -5,7 +5,7 @@
 // the flat one in topology order, or the hierarchical all-reduce (within
 // hosts, across them, within them again) when ctx.hierarchical and the bucket
 // is at least ctx.hierarchical_min_bytes.
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 
 namespace tfx::comm {
@@ -22,7 +22,7 @@ class AllreduceExecutor : public Executor {
     ctx.stats->fused_entries.fetch_add(static_cast<int64_t>(entries.size()), std::memory_order_relaxed);
     for (Entry* e : entries)
       ctx.stats->allreduce_bytes.fetch_add(static_cast<int64_t>(e->meta.bytes()), std::memory_order_relaxed);
-    Deadline deadline(ctx.timeout_s);
+    Deadline deadline(ctx.options.timeout_s);
     const std::string what = DescribeEntries("allreduce", entries);
     size_t bucket_bytes = 0;
     for (Entry* e : entries) bucket_bytes += e->meta.bytes();

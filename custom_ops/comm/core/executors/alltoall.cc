@@ -2,14 +2,14 @@
 // (AlltoallComplete), so this rank knows what it receives from each peer; the
 // outputs are allocated here, then one pairwise exchange fills them.
 //
-// A fused bucket of K all-to-alls (ops.cc: AlltoallFuses) is still one
+// A fused bucket of K all-to-alls (protocol/op_traits.cc: AlltoallFuses) is still one
 // exchange: the response carries K split matrices, key after key; the block
 // for peer j is every tensor's block for j back to back (tensor order), packed
 // into the scratch buffer, and what arrives from j is cut the same way. A lone
 // tensor is sent from where it lies and received straight into its output.
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 
 namespace tfx::comm {
 namespace {
@@ -58,7 +58,7 @@ class AlltoallExecutor : public Executor {
       recv_off[j] = received;
       received += recv_bytes[j];
     }
-    Deadline deadline(ctx.timeout_s);
+    Deadline deadline(ctx.options.timeout_s);
     if (k == 1)
       return PairwiseAlltoall(ctx.Mesh(what, &deadline), static_cast<const char*>(entries[0]->input), send_off,
                               send_bytes, outs[0], recv_off, recv_bytes);

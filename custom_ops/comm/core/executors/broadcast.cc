@@ -2,7 +2,7 @@
 // the output around the ring. (Broadcasts are not fused: one entry each.)
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 
 namespace tfx::comm {
 namespace {
@@ -14,7 +14,7 @@ class BroadcastExecutor : public Executor {
     for (Entry* e : entries) {
       if (ctx.rank == e->meta.root && e->output != e->input && e->meta.bytes() > 0)
         std::memcpy(e->output, e->input, e->meta.bytes());
-      Deadline deadline(ctx.timeout_s);
+      Deadline deadline(ctx.options.timeout_s);
       TFX_RETURN_IF_ERROR(RingBroadcast(ctx.Ring(what, &deadline), e->output, e->meta.bytes(), e->meta.root));
     }
     return Status::Ok();

@@ -19,7 +19,7 @@ CollectiveContext RingThrough(const ExecContext& ctx, const std::vector<int>& me
   }
   ring.deadline = deadline;
   ring.what = what;
-  ring.chunk_bytes = ctx.chunk_bytes;
+  ring.chunk_bytes = ctx.options.chunk_bytes;
   return ring;
 }
 
@@ -48,7 +48,7 @@ MeshContext ExecContext::Mesh(const std::string& what, const Deadline* deadline)
   for (int peer = 0; peer < size; ++peer) mesh.peers.push_back(peer == rank ? nullptr : pair(peer));
   mesh.deadline = deadline;
   mesh.what = what;
-  mesh.chunk_bytes = chunk_bytes;
+  mesh.chunk_bytes = options.chunk_bytes;
   return mesh;
 }
 

@@ -4,7 +4,7 @@
 // them) on this rank's entries for its keys, in key order. It sees the
 // communicator only through an ExecContext: this rank's place, its pairs to
 // every peer, the options, a scratch buffer and the counters. The runtime
-// chooses the executor from the op table (ops.h) by the response's op.
+// makes each op's executor once, by the response's op (MakeExecutor).
 #pragma once
 
 #include <atomic>
@@ -15,7 +15,8 @@
 #include "custom_ops/comm/core/collectives/collectives.h"
 #include "custom_ops/comm/core/deadline.h"
 #include "custom_ops/comm/core/executors/fusion_buffer.h"
-#include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/options.h"
+#include "custom_ops/comm/core/protocol/request.h"
 #include "custom_ops/comm/core/topology.h"
 #include "custom_ops/comm/core/transport/pair.h"
 
@@ -36,11 +37,12 @@ struct CommStats {
 };
 
 struct ExecContext {
+  explicit ExecContext(const CommunicatorOptions& options) : options(options) {}
+
+  const CommunicatorOptions& options;  // timeout_s bounds every wait; chunk_bytes cuts the ring
   int rank = 0;
   int size = 1;
   const std::vector<std::unique_ptr<Pair>>* pairs = nullptr;  // [peer], null at rank
-  double timeout_s = 300.0;
-  size_t chunk_bytes = 128 << 10;
   FusionBuffer* scratch = nullptr;  // the runtime thread's; one executor at a time
   CommStats* stats = nullptr;
   const Topology* topology = nullptr;  // null: every rank a host of its own
@@ -71,6 +73,9 @@ class Executor {
   // A failure leaves the communicator broken (data may be in flight).
   virtual Status Execute(const Response& resp, std::vector<Entry*>& entries, ExecContext& ctx) = 0;
 };
+
+// The executor of `op` (executors/make_executor.cc); null for an unknown op.
+std::unique_ptr<Executor> MakeExecutor(OpType op);
 
 // "allreduce 'x'" or "allreduce of 5 fused tensors ('a', 'b', ...)", for errors.
 std::string DescribeEntries(const char* op, const std::vector<Entry*>& entries);

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "custom_ops/comm/core/fusion/runtime.h"
+#include "custom_ops/comm/core/protocol/request.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 
 namespace tfx::comm {

@@ -1,9 +1,9 @@
 // Horovod's join once every rank joined: the coordinator put the last rank
 // to join in the response; each rank's join entry gets it. Nothing travels
-// on the data connections (the negotiation did the work, fusion/coordinator.cc).
+// on the data connections (the negotiation did the work, negotiation/coordinator.cc).
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 
 namespace tfx::comm {
 namespace {

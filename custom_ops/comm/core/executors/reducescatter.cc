@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/executors/executor.h"
 #include "custom_ops/comm/core/reduce_kernels.h"
 
 namespace tfx::comm {
@@ -38,7 +38,7 @@ class ReducescatterExecutor : public Executor {
     // Ring position p owns segment (p + 1) % n: rank r at position r - 1.
     std::vector<int> members(n);
     for (int p = 0; p < n; ++p) members[p] = (p + 1) % n;
-    Deadline deadline(ctx.timeout_s);
+    Deadline deadline(ctx.options.timeout_s);
     const ReduceOp op = m.reduction == ReduceOp::kMean ? ReduceOp::kSum : m.reduction;
     const std::vector<Piece> whole{{static_cast<const char*>(e->input), work, bytes}};
     TFX_RETURN_IF_ERROR(RingAllreduce(ctx.RingOf(members, what, &deadline), whole, m.dtype, op,

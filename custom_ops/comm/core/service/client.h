@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "custom_ops/comm/core/defaults.h"
 #include "custom_ops/comm/core/service/wire.h"
 #include "custom_ops/common/status.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
@@ -31,7 +32,7 @@
 namespace tfx::comm::service {
 
 struct ClientOptions {
-  double timeout_s = 300.0;  // bound on one whole Call
+  double timeout_s = defaults::kTimeoutS;  // bound on one whole Call
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
   bool use_shm = true;  // same-host servers over shared memory (both ends must agree)
   std::vector<std::string> server_labels;  // server_labels[i] = "ps 1": names server i in errors
@@ -68,6 +69,9 @@ struct Response {
   size_t bytes = 0;
 };
 
+struct ClientLink;  // one server's connection (client_exchange.h)
+struct Exchange;    // one server's part of a call (client_exchange.h)
+
 class Client {
  public:
   // Takes ownership of every fd; runs the shared-memory handshakes.
@@ -86,14 +90,14 @@ class Client {
   const char* transport(int server) const;
 
  private:
-  struct Link;
-  struct Exchange;
   explicit Client(const ClientOptions& options);
   std::string Who(int server) const;
-  Status Run(std::vector<Exchange*>& active, const Request* requests, Response* responses);
+  // Runs the exchanges of one call until every one is done (client_run.cc).
+  Status Run(std::vector<Exchange*>& active);
 
   ClientOptions options_;
-  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<std::unique_ptr<ClientLink>> links_;
+  std::vector<std::string> names_;  // Who(server) of every server, for the exchanges' errors
   std::atomic<uint64_t> next_id_{1};
 };
 

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "custom_ops/comm/core/defaults.h"
 #include "custom_ops/comm/core/service/wire.h"
 #include "custom_ops/common/status.h"
 #include "custom_ops/comm/core/transport/frame_protection.h"
@@ -37,7 +38,7 @@
 namespace tfx::comm::service {
 
 struct ServerOptions {
-  double timeout_s = 300.0;
+  double timeout_s = defaults::kTimeoutS;
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
   bool use_shm = true;  // same-host clients over shared memory (both ends must agree)
   bool abort_on_client_loss = true;

@@ -1,5 +1,5 @@
 // Wire protection for a connection whose owner does its own socket I/O in
-// whole messages (the control connection, fusion/control_channel.*): what it
+// whole messages (the control connection, negotiation/control_channel.*): what it
 // sends is sealed into frames (frame_protection.h) before it reaches the
 // socket, and what arrives is opened frame by frame before the owner parses
 // it. Same frames, keys and checks as TcpPair's; only the buffering differs

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "custom_ops/comm/core/deadline.h"
-#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/negotiation/messages.h"
 
 namespace tfx::comm {
 

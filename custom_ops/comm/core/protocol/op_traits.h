@@ -1,15 +1,14 @@
-// The op table: everything the runtime knows about each collective, one row
-// per OpType. The negotiation (coordinator.cc), the C API's checks and the
-// runtime's dispatch read it, so none of them names an op: adding a
-// collective is one executor and one row (see custom_ops/comm/README.md).
+// The op table: the traits of each collective, one row per OpType: what the
+// negotiation (negotiation/coordinator.cc) and the C API's checks need to know
+// of it, so none of them names an op. How it runs is the executors'
+// (executors/make_executor.cc maps each OpType to its executor): adding a
+// collective is one row here and one executor (see custom_ops/comm/README.md).
 #pragma once
 
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "custom_ops/comm/core/executors/executor.h"
-#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/protocol/request.h"
 
 namespace tfx::comm {
 
@@ -31,7 +30,6 @@ struct OpRow {
   // Whether `next` may join a fusion bucket that starts with `first`; null:
   // never fused (every key gets a response of its own).
   bool (*fuses)(const EntryMeta& first, const EntryMeta& next);
-  std::unique_ptr<Executor> (*make_executor)();
   // The executor allocates the output (Entry::allocate): its first dimension
   // is known only once every rank's request is (all-gather, all-to-all), or
   // depends on the rank (reduce-scatter).

@@ -14,7 +14,7 @@
 //      completed.
 //   3. Rank 0 turns the ready list into responses (keys of ops that fuse,
 //      e.g. all-reduces of one dtype/reduction/compression, fused into
-//      buckets up to the threshold; the rules per op are in executors/ops.cc)
+//      buckets up to the threshold; the rules per op are in protocol/op_traits.cc)
 //      and sends EXECUTE{responses} to every rank, then executes them itself.
 //      Every rank runs the responses in the order received, so all ranks
 //      enter the same collectives in the same order whatever order their
@@ -30,52 +30,13 @@
 //      error sends BROKEN{reason}; rank 0 forwards it to all.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
-#include "custom_ops/comm/core/dtypes.h"
+#include "custom_ops/comm/core/protocol/request.h"
 #include "custom_ops/common/status.h"
 
 namespace tfx::comm {
-
-// The codes are the C API's TFX_OP_ values; each has a row in executors/ops.cc.
-enum class OpType : uint8_t {
-  kAllreduce = 1, kAllgather = 2, kBroadcast = 3, kAlltoall = 4, kReducescatter = 5, kJoin = 6
-};
-const char* OpTypeName(OpType op);  // the op table's name
-
-struct EntryMeta {
-  std::string key;  // the call's name
-  OpType op = OpType::kAllreduce;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp reduction = ReduceOp::kSum;
-  Compression compression = Compression::kNone;
-  int32_t root = 0;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> splits;  // all-to-all: rows to each rank (empty for the other ops)
-
-  int64_t num_elements() const;
-  size_t bytes() const;
-  std::string Describe() const;  // "allreduce float32[4,5] sum"
-};
-
-struct Response {
-  OpType op = OpType::kAllreduce;
-  std::vector<std::string> keys;
-  std::string error;           // non-empty: the keys fail with it, nothing runs
-  // What the op row's `complete` adds. All-gather: the first dimension on
-  // each rank. All-to-all: every rank's splits, rank after rank (size*size:
-  // rank i sends dim0s[i*size + j] rows to rank j).
-  // Join: the last rank to join.
-  std::vector<int64_t> dim0s;
-  // Ranks that had joined and did not submit these keys: they take part with
-  // zeros (all-reduce), or the keys fail; with `metas`, one per key (the
-  // request of a rank that submitted it), so that they know what to reduce.
-  std::vector<int32_t> joined;
-  std::vector<EntryMeta> metas;
-  bool failed() const { return !error.empty(); }
-};
 
 enum class MessageType : uint8_t { kReady = 1, kExecute = 2, kBroken = 3 };
 

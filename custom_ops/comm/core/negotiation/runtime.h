@@ -18,32 +18,13 @@
 #include <vector>
 
 #include "custom_ops/comm/core/deadline.h"
-#include "custom_ops/comm/core/fusion/control_channel.h"
-#include "custom_ops/comm/core/fusion/coordinator.h"
-#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/negotiation/control_channel.h"
+#include "custom_ops/comm/core/negotiation/coordinator.h"
+#include "custom_ops/comm/core/negotiation/messages.h"
+#include "custom_ops/comm/core/options.h"
 #include "custom_ops/comm/core/timeline.h"
 
 namespace tfx::comm {
-
-// One tensor of a collective call.
-struct Entry {
-  EntryMeta meta;  // meta.key is the call's name (see messages.h: matched FIFO per name)
-  const void* input = nullptr;
-  void* output = nullptr;                       // allreduce, broadcast: preallocated
-  // allgather, alltoall, reducescatter (OpRow::allocates_output): the output
-  // for dim0 rows, once the ranks have agreed.
-  std::function<void*(int64_t dim0)> allocate;
-  int64_t* received_splits = nullptr;  // alltoall: size values, rows from each rank
-  std::function<void(const Status&)> done;
-  Clock::time_point submitted;
-};
-
-struct RuntimeOptions {
-  size_t bucket_bytes = 64 << 20;
-  double cycle_time_ms = 0.0;
-  double timeout_s = 300.0;
-  bool alltoall_fusion = true;
-};
 
 class Runtime {
  public:
@@ -52,9 +33,10 @@ class Runtime {
 
   // channels: on rank 0, channels[r] connects to rank r (channels[0] null);
   // elsewhere channels[0] connects to rank 0. on_broken shuts the data
-  // connections down so that peers blocked on us fail fast.
+  // connections down so that peers blocked on us fail fast. `options` is
+  // kept by reference: its owner (the communicator) outlives the runtime.
   Runtime(int rank, int size, std::vector<std::unique_ptr<ControlChannel>> channels,
-          const RuntimeOptions& options, Executor executor, std::function<void()> on_broken);
+          const CommunicatorOptions& options, Executor executor, std::function<void()> on_broken);
   ~Runtime();
 
   // wake_loop=false: the caller drives the loop itself right after (Drive).
@@ -103,7 +85,7 @@ class Runtime {
 
   const int rank_;
   const int size_;
-  const RuntimeOptions options_;
+  const CommunicatorOptions& options_;
   std::vector<std::unique_ptr<ControlChannel>> channels_;
   std::vector<bool> channel_open_;
   Executor executor_;

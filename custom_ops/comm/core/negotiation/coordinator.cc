@@ -1,9 +1,9 @@
-#include "custom_ops/comm/core/fusion/coordinator.h"
+#include "custom_ops/comm/core/negotiation/coordinator.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/protocol/op_traits.h"
 
 namespace tfx::comm {
 namespace {

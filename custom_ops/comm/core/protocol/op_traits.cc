@@ -1,16 +1,8 @@
-// The op table (see ops.h). One row per collective; the rules a row names
+// The op table (see op_traits.h). One row per collective; the rules a row names
 // are beside it when they are a line or two.
-#include "custom_ops/comm/core/executors/ops.h"
+#include "custom_ops/comm/core/protocol/op_traits.h"
 
 namespace tfx::comm {
-
-// Each in its own file under executors/.
-std::unique_ptr<Executor> MakeAllreduceExecutor();
-std::unique_ptr<Executor> MakeAllgatherExecutor();
-std::unique_ptr<Executor> MakeBroadcastExecutor();
-std::unique_ptr<Executor> MakeAlltoallExecutor();
-std::unique_ptr<Executor> MakeReducescatterExecutor();
-std::unique_ptr<Executor> MakeJoinExecutor();
 
 namespace {
 
@@ -106,26 +98,25 @@ std::string NoCheck(const EntryMeta&, int, const std::string&) { return ""; }
 std::string NoLocalCheck(const EntryMeta&, int) { return ""; }
 
 const OpRow kOps[] = {
-    // op, name, check_local, agree, check_agreed, complete, fuses, make_executor, allocates_output,
+    // op, name, check_local, agree, check_agreed, complete, fuses, allocates_output,
     // zeros_from_joined
     {OpType::kAllreduce, "allreduce", AllreduceCheckLocal, AllreduceAgree, NoCheck, nullptr,
-     AllreduceFuses, MakeAllreduceExecutor, false, true},
+     AllreduceFuses, false, true},
     {OpType::kAllgather, "allgather", NoLocalCheck, AllgatherAgree, AllgatherCheckAgreed,
-     AllgatherComplete, nullptr, MakeAllgatherExecutor, true, false},
+     AllgatherComplete, nullptr, true, false},
     {OpType::kBroadcast, "broadcast", NoLocalCheck, BroadcastAgree, BroadcastCheckAgreed, nullptr,
-     nullptr, MakeBroadcastExecutor, false, false},
+     nullptr, false, false},
     // All-to-all agrees like all-gather (all but dimension 0); those ready
     // together fuse into one exchange (see custom_ops/comm/README.md).
     {OpType::kAlltoall, "alltoall", AlltoallCheckLocal, AllgatherAgree, NoCheck, AlltoallComplete,
-     AlltoallFuses, MakeAlltoallExecutor, true, false},
+     AlltoallFuses, true, false},
     // Not fused: each tensor's blocks are its own rows, so a bucket would not
     // be one ring segment per rank.
     {OpType::kReducescatter, "reducescatter", ReducescatterCheckLocal, ReducescatterAgree, NoCheck,
-     nullptr, nullptr, MakeReducescatterExecutor, true, false},
+     nullptr, nullptr, true, false},
     // Horovod's join: negotiated by the coordinator (a joined rank answers
     // for the all-reduces that follow); the answer is the last rank to join.
-    {OpType::kJoin, "join", JoinCheckLocal, AlwaysAgree, NoCheck, nullptr, nullptr, MakeJoinExecutor, false,
-     false},
+    {OpType::kJoin, "join", JoinCheckLocal, AlwaysAgree, NoCheck, nullptr, nullptr, false, false},
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "custom_ops/comm/core/fusion/control_channel.h"
+#include "custom_ops/comm/core/negotiation/control_channel.h"
 
 #include <errno.h>
 #include <sys/socket.h>

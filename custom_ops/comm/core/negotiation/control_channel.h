@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "custom_ops/comm/core/deadline.h"
-#include "custom_ops/comm/core/fusion/messages.h"
+#include "custom_ops/comm/core/negotiation/messages.h"
 #include "custom_ops/common/status.h"
 #include "custom_ops/comm/core/transport/sealed_stream.h"
 
