@@ -16,7 +16,7 @@ import pickle
 import numpy as np
 import tensorflow as tf
 
-from tfx_dist.cross_worker_ops import _encode_for_move, _encode_for_reduce
+from tfx_dist.reduce.cross_worker import _encode_for_move, _encode_for_reduce
 from tfx_dist.horovod import basics
 from tfx_dist.horovod.compression import Compression
 

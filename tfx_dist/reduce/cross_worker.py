@@ -38,7 +38,7 @@ import weakref
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.cross_device_ops import FusedAllReduce, merge_duplicate_rows, reduction_name
+from tfx_dist.reduce.cross_device import FusedAllReduce, merge_duplicate_rows, reduction_name
 
 _SUM = tf.distribute.ReduceOp.SUM
 

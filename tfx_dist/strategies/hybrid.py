@@ -31,10 +31,10 @@ from tfx_dist.hybrid import placement as placement_lib
 from tfx_dist.hybrid.worker_table import WorkerShardedTable, apply_together
 from tfx_dist.layers import embedding_tables
 from tfx_dist.layers.embedding_tables import LocalTable
-from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
-                                                      MultiWorkerMirroredStrategy)
+from tfx_dist.strategies.multi_worker_mirrored import (MultiWorkerMirroredExtended,
+                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import server
-from tfx_dist.parameter_server_strategy import ParameterServerExtended, run_step_on_servers
+from tfx_dist.strategies.parameter_server import ParameterServerExtended, run_step_on_servers
 
 
 class HybridExtended(MultiWorkerMirroredExtended):
