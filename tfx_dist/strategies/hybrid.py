@@ -140,8 +140,8 @@ class HybridStrategy(MultiWorkerMirroredStrategy):
                                                devices=devices, timeout_s=timeout_s)
         else:
             extended = HybridExtended(self, shard_min_bytes=shard_min_bytes,
-                                      cluster_resolver=cluster_resolver, devices=devices,
-                                      timeout_s=timeout_s)
+                                      cluster_resolver=cluster_resolver, cluster_info=info,
+                                      devices=devices, timeout_s=timeout_s)
         tfc.distribute_lib.Strategy.__init__(self, extended)
         tfc.build_from_first_replica(type(self))
 

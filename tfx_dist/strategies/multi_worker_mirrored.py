@@ -95,11 +95,12 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
     """
 
     def __init__(self, container_strategy, cluster_resolver=None, communication_options=None,
-                 devices=None, transport=None, timeout_s=None):
+                 devices=None, transport=None, timeout_s=None, cluster_info=None):
         # Not CollectiveAllReduceExtended.__init__: it starts TensorFlow's gRPC
         # server and collective runtime.
         tfc.distribute_lib.StrategyExtendedV1.__init__(self, container_strategy)
-        info = cluster_lib.resolve(cluster_resolver)
+        # A strategy that already resolved its cluster passes it down: resolved once per strategy.
+        info = cluster_info if cluster_info is not None else cluster_lib.resolve(cluster_resolver)
         if not info.in_allreduce_group:
             raise ValueError(
                 f"MultiWorkerMirroredStrategy runs on the chief and the workers of a job. "
