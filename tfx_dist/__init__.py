@@ -14,23 +14,27 @@ running TensorFlow or Keras is not the minor version tfx_dist supports.
 
 import importlib
 
+from tfx_dist import _moved_modules
+
 __version__ = "0.1.0"
 
 # Public name -> module that defines it.
 _EXPORTS = {
     "BackupAndRestore": "tfx_dist.checkpointing",
-    "CentralStorageStrategy": "tfx_dist.central_storage_strategy",
-    "FusedAllReduce": "tfx_dist.cross_device_ops",
-    "HybridStrategy": "tfx_dist.hybrid_strategy",
-    "MirroredStrategy": "tfx_dist.mirrored_strategy",
-    "MultiWorkerMirroredStrategy": "tfx_dist.multi_worker_mirrored_strategy",
+    "CentralStorageStrategy": "tfx_dist.strategies.central_storage",
+    "FusedAllReduce": "tfx_dist.reduce.cross_device",
+    "HybridStrategy": "tfx_dist.strategies.hybrid",
+    "MirroredStrategy": "tfx_dist.strategies.mirrored",
+    "MultiWorkerMirroredStrategy": "tfx_dist.strategies.multi_worker_mirrored",
     "OpLibraryError": "tfx_dist._ops",
-    "ParameterServerStrategy": "tfx_dist.parameter_server_strategy",
+    "ParameterServerStrategy": "tfx_dist.strategies.parameter_server",
     "UnsupportedTensorFlowError": "tfx_dist._ops",
-    "fused_reduce": "tfx_dist.local_reduce",
+    "fused_reduce": "tfx_dist.reduce.local",
 }
 
 __all__ = sorted(_EXPORTS)
+
+_moved_modules.install()
 
 
 # Subpackages that import TensorFlow, loaded on first use too.

@@ -75,7 +75,7 @@ def fit(rank, addresses, steps):
                                           "task": {"type": "worker", "index": rank}})
     import keras
 
-    from tfx_dist.multi_worker_mirrored_strategy import MultiWorkerMirroredStrategy
+    from tfx_dist.strategies.multi_worker_mirrored import MultiWorkerMirroredStrategy
 
     steps_per_epoch, batch = 50, 8
     warm_epochs = max(1, steps // 5 // steps_per_epoch)

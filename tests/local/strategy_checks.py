@@ -220,7 +220,7 @@ def agrees_with_tensorflow(ours: str, theirs: str, tmp_path, same_loss: bool = T
     """Weights after one epoch equal TensorFlow's strategy's (separate processes).
 
     ``same_loss=False`` where TensorFlow's strategy reports a wrong loss
-    (CentralStorageStrategy's metric state, see tfx_dist.central_storage_strategy).
+    (CentralStorageStrategy's metric state, see tfx_dist.strategies.central_storage).
     """
     paths = {}
     for name in (ours, theirs):

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tfx_dist
-from tfx_dist.cross_device_ops import MAX_PACKS, MIN_PACK_BYTES, split_into_packs
+from tfx_dist.reduce.cross_device import MAX_PACKS, MIN_PACK_BYTES, split_into_packs
 
 DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2"]
 

@@ -223,7 +223,7 @@ def test_outputs_that_take_over_no_input_reuse_released_memory():
 
 
 def test_block_views_on_another_device_share_the_results_memory():
-    from tfx_dist.local_reduce import block_views, fused_reduce_with_block
+    from tfx_dist.reduce.local import block_views, fused_reduce_with_block
 
     shapes = [(7,), (3, 5), (2049,)]
     dtypes = [tf.float32, tf.float64, tf.int32]
@@ -255,7 +255,7 @@ def test_block_views_on_another_device_share_the_results_memory():
 
 
 def test_block_views_refuse_a_block_too_small():
-    from tfx_dist.local_reduce import block_views, fused_reduce_with_block
+    from tfx_dist.reduce.local import block_views, fused_reduce_with_block
 
     outputs, block = fused_reduce_with_block([[tf.ones([4])], [tf.ones([4])]])
     with pytest.raises(tf.errors.InvalidArgumentError, match="the outputs need"):

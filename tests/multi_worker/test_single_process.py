@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import keras
 
-from tfx_dist.multi_worker_mirrored_strategy import MultiWorkerMirroredStrategy
+from tfx_dist.strategies.multi_worker_mirrored import MultiWorkerMirroredStrategy
 
 
 @pytest.fixture()

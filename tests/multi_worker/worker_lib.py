@@ -15,7 +15,7 @@ from workers import report  # noqa: F401  (re-exported for worker scripts)
 
 
 def make_strategy(**kwargs):
-    from tfx_dist.multi_worker_mirrored_strategy import MultiWorkerMirroredStrategy
+    from tfx_dist.strategies.multi_worker_mirrored import MultiWorkerMirroredStrategy
 
     return MultiWorkerMirroredStrategy(**kwargs)
 

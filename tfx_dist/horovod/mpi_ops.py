@@ -16,7 +16,7 @@ import pickle
 import numpy as np
 import tensorflow as tf
 
-from tfx_dist.cross_worker_ops import _encode_for_move, _encode_for_reduce
+from tfx_dist.reduce.dtype_encoding import encode_for_move, encode_for_reduce
 from tfx_dist.horovod import basics
 from tfx_dist.horovod.compression import Compression
 
@@ -102,7 +102,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         for i in dense:
             t = _scale(tf.convert_to_tensor(tensors[i]), prescale_factor)
             t, ctx = compression.compress(t)
-            t, decode = _encode_for_reduce(t)
+            t, decode = encode_for_reduce(t)
             sent.append(t)
             restore.append((ctx, decode))
         reduced = _ops().all_reduce(sent, comm, reduction=_RUNTIME_REDUCTION[op], name=name)
@@ -147,7 +147,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         tensor = tf.reshape(tensor, [1])
-    sent, decode = _encode_for_move(tensor)
+    sent, decode = encode_for_move(tensor)
     return decode(_ops().all_gather(sent, basics.communicator(), name=name))
 
 
@@ -161,7 +161,7 @@ def _broadcast_many(tensors, root_rank, name):
     if not 0 <= root_rank < basics.size():
         raise ValueError(f"Expected 0 <= root_rank < size ({basics.size()}). "
                          f"Received: root_rank={root_rank}")
-    sent, decoders = zip(*(_encode_for_move(tf.convert_to_tensor(t)) for t in tensors))
+    sent, decoders = zip(*(encode_for_move(tf.convert_to_tensor(t)) for t in tensors))
     out = _ops().broadcast(list(sent), basics.communicator(), root=root_rank, name=name)
     return [decode(r) for r, decode in zip(out, decoders)]
 
@@ -254,7 +254,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
             raise ValueError(f"Expected splits to be a vector of one count per rank. Received: {splits!r}")
         if splits.dtype not in (tf.int32, tf.int64):
             splits = tf.cast(splits, tf.int64)
-    sent, decode = _encode_for_move(tensor)
+    sent, decode = encode_for_move(tensor)
     output, received = _ops().all_to_all(sent, splits, basics.communicator(), name=name)
     return decode(output), tf.cast(received, tf.int32)
 
@@ -283,7 +283,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
         raise ValueError(f"reducescatter needs a tensor of rank >= 1. Received: {tensor!r}")
     t = _scale(tensor, prescale_factor)
     t, ctx = compression.compress(t)
-    t, decode = _encode_for_reduce(t)
+    t, decode = encode_for_reduce(t)
     out = _ops().reduce_scatter(t, basics.communicator(), reduction=_RUNTIME_REDUCTION[op], name=name)
     return _scale(compression.decompress(decode(out), ctx), postscale_factor)
 

@@ -23,7 +23,7 @@ import collections
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.local_reduce import DTYPES, block_views, fused_reduce, fused_reduce_with_block
+from tfx_dist.reduce.local import DTYPES, block_views, fused_reduce, fused_reduce_with_block
 
 _ReduceOp = tf.distribute.ReduceOp
 

@@ -29,10 +29,10 @@ from tfx_dist import cluster as cluster_lib
 from tfx_dist import settings
 from tfx_dist.hybrid import placement as placement_lib
 from tfx_dist.tables.on_workers import WorkerShardedTable, apply_together
-from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
-                                                      MultiWorkerMirroredStrategy)
+from tfx_dist.strategies.multi_worker_mirrored import (MultiWorkerMirroredExtended,
+                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import server
-from tfx_dist.parameter_server_strategy import ParameterServerExtended, run_step_on_servers
+from tfx_dist.strategies.parameter_server import ParameterServerExtended, run_step_on_servers
 from tfx_dist.tables import gradients as table_gradients
 from tfx_dist.tables.local import LocalTable
 from tfx_dist.tables.placement import Placement
@@ -140,8 +140,8 @@ class HybridStrategy(MultiWorkerMirroredStrategy):
                                                devices=devices, timeout_s=timeout_s)
         else:
             extended = HybridExtended(self, shard_min_bytes=shard_min_bytes,
-                                      cluster_resolver=cluster_resolver, devices=devices,
-                                      timeout_s=timeout_s)
+                                      cluster_resolver=cluster_resolver, cluster_info=info,
+                                      devices=devices, timeout_s=timeout_s)
         tfc.distribute_lib.Strategy.__init__(self, extended)
         tfc.build_from_first_replica(type(self))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.cross_device_ops import FusedAllReduce
+from tfx_dist.reduce.cross_device import FusedAllReduce
 from tfx_dist.input.strategy_input import StrategyInput
-from tfx_dist.uneven_batches import ReplicaLossShares
+from tfx_dist.strategies.uneven_batches import ReplicaLossShares
 
 
 class _FusedMirroredExtended(ReplicaLossShares, StrategyInput,
@@ -18,7 +18,7 @@ class _FusedMirroredExtended(ReplicaLossShares, StrategyInput,
     int32 path; the fused op has one. Under XLA (no merge call) TensorFlow's
     collectives stay in charge: the fused op has no XLA kernel. Input as
     every tfx_dist strategy adopts it (see tfx_dist.input); uneven batches
-    as on one device (see tfx_dist.uneven_batches).
+    as on one device (see tfx_dist.strategies.uneven_batches).
     """
 
     def _get_cross_device_ops(self, value):

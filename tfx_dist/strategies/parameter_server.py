@@ -34,8 +34,8 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
 from tfx_dist import layers as _layers  # noqa: F401 (registers ShardedEmbedding: load_model finds it)
 from tfx_dist.comm.service import ServiceClient
-from tfx_dist.multi_worker_mirrored_strategy import (MultiWorkerMirroredExtended,
-                                                      MultiWorkerMirroredStrategy)
+from tfx_dist.strategies.multi_worker_mirrored import (MultiWorkerMirroredExtended,
+                                                       MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import _native, server
 from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib

@@ -5,9 +5,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.cross_device_ops import FusedAllReduce
+from tfx_dist.reduce.cross_device import FusedAllReduce
 from tfx_dist.input.strategy_input import StrategyInput
-from tfx_dist.uneven_batches import ReplicaLossShares
+from tfx_dist.strategies.uneven_batches import ReplicaLossShares
 
 
 class _CentralStorageExtended(ReplicaLossShares, StrategyInput,
@@ -32,7 +32,7 @@ class _CentralStorageExtended(ReplicaLossShares, StrategyInput,
       history reported wrong loss and metrics (TensorFlow's own strategy too).
 
     Input as every tfx_dist strategy adopts it (see tfx_dist.input); uneven
-    batches as on one device (see tfx_dist.uneven_batches).
+    batches as on one device (see tfx_dist.strategies.uneven_batches).
     """
 
     def __init__(self, container_strategy, compute_devices, parameter_device, bucket_bytes):
@@ -49,7 +49,6 @@ class _CentralStorageExtended(ReplicaLossShares, StrategyInput,
                 and kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE)):
             kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
         return super()._create_variable(next_creator, **kwargs)
-
 
     def _create_per_replica_variable(self, next_creator, **kwargs):
         """A SyncOnReadVariable: one copy per replica, on the parameter device."""

@@ -41,10 +41,10 @@ from tfx_dist._tf_compat import keras_callbacks
 from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
                                     write_dirpath, write_filepath)
 from tfx_dist.input import input_balance
-from tfx_dist.cross_worker_ops import CommTransport, CrossWorkerOps
+from tfx_dist.reduce.cross_worker import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
-from tfx_dist.uneven_batches import ReplicaLossShares
-from tfx_dist import variable_order
+from tfx_dist.strategies.uneven_batches import ReplicaLossShares
+from tfx_dist.strategies import variable_order
 
 
 class _SingleProcessTransport:
@@ -90,16 +90,17 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
     reduction, gather and initial-value broadcast with `CrossWorkerOps`. It
     skips the input pipeline's per-step "has data" all-reduce where no worker
     can run out first (`input_balance`). Uneven batches as on one device
-    (`tfx_dist.uneven_batches`): each step sums the workers' rows in one small
+    (`tfx_dist.strategies.uneven_batches`): each step sums the workers' rows in one small
     all-reduce.
     """
 
     def __init__(self, container_strategy, cluster_resolver=None, communication_options=None,
-                 devices=None, transport=None, timeout_s=None):
+                 devices=None, transport=None, timeout_s=None, cluster_info=None):
         # Not CollectiveAllReduceExtended.__init__: it starts TensorFlow's gRPC
         # server and collective runtime.
         tfc.distribute_lib.StrategyExtendedV1.__init__(self, container_strategy)
-        info = cluster_lib.resolve(cluster_resolver)
+        # A strategy that already resolved its cluster passes it down: resolved once per strategy.
+        info = cluster_info if cluster_info is not None else cluster_lib.resolve(cluster_resolver)
         if not info.in_allreduce_group:
             raise ValueError(
                 f"MultiWorkerMirroredStrategy runs on the chief and the workers of a job. "
@@ -294,7 +295,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         takes no per-call options.
       devices: the local devices of this worker (default: every GPU, else the
         CPU). Every worker must have the same number.
-      transport: the cross-process collectives (see `tfx_dist.cross_worker_ops`);
+      transport: the cross-process collectives (see `tfx_dist.reduce.cross_worker`);
         by default a `tfx_dist.comm.Communicator` over the workers' addresses.
       timeout_s: how long a collective may wait for the other workers before
         failing (default: the transport's default).

@@ -38,42 +38,10 @@ import weakref
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.cross_device_ops import FusedAllReduce, merge_duplicate_rows, reduction_name
+from tfx_dist.reduce.cross_device import FusedAllReduce, merge_duplicate_rows, reduction_name
+from tfx_dist.reduce.dtype_encoding import encode_for_move, encode_for_reduce
 
 _SUM = tf.distribute.ReduceOp.SUM
-
-
-# Dtypes tfx_dist's collectives take. Others are converted around the call:
-# for reductions by a value cast to a wider type, for gather and broadcast
-# (which only move bytes) by a bitcast to uint8.
-_REDUCE_DTYPES = frozenset([tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64])
-_MOVE_DTYPES = _REDUCE_DTYPES | {tf.uint8}
-_REDUCE_AS = {tf.bool: tf.int32, tf.int8: tf.int32, tf.int16: tf.int32, tf.uint8: tf.int32,
-              tf.uint16: tf.int32, tf.uint32: tf.int64}
-
-
-def _encode_for_reduce(t):
-    """Returns (tensor the transport can sum, function that restores the dtype)."""
-    if t.dtype in _REDUCE_DTYPES:
-        return t, lambda r: r
-    if t.dtype in _REDUCE_AS:
-        return tf.cast(t, _REDUCE_AS[t.dtype]), lambda r, d=t.dtype: tf.cast(r, d)
-    if t.dtype == tf.uint64:  # two's complement sums agree modulo 2**64
-        return tf.bitcast(t, tf.int64), lambda r: tf.bitcast(r, tf.uint64)
-    raise TypeError(f"Cannot all-reduce a tensor of dtype {t.dtype.name} across workers: "
-                    f"expected a numeric or bool dtype. Received: {t}")
-
-
-def _encode_for_move(t):
-    """Returns (tensor the transport can gather/broadcast, function that restores it)."""
-    if t.dtype in _MOVE_DTYPES:
-        return t, lambda r: r
-    if t.dtype == tf.bool:
-        return tf.cast(t, tf.uint8), lambda r: tf.cast(r, tf.bool)
-    if t.dtype.is_numpy_compatible and t.dtype.size > 0 and t.dtype != tf.string:
-        return tf.bitcast(t, tf.uint8), lambda r, d=t.dtype: tf.bitcast(r, d)
-    raise TypeError(f"Cannot send a tensor of dtype {t.dtype.name} to other workers: "
-                    f"expected a numeric or bool dtype. Received: {t}")
 
 
 def _divide(value, n: int):
@@ -216,7 +184,7 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
         """Sums each tensor of ``tensors`` across workers (one transport call)."""
         if self.transport.size == 1 or not tensors:
             return list(tensors)
-        encoded = [_encode_for_reduce(tf.convert_to_tensor(t)) for t in tensors]
+        encoded = [encode_for_reduce(tf.convert_to_tensor(t)) for t in tensors]
         sent = [t for t, _ in encoded]
         with tf.device(self.host_device or "/device:CPU:0"):
             out = self._sequencer.run(
@@ -227,7 +195,7 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
         """Concatenates ``tensor`` of every worker along dim 0, in rank order."""
         if self.transport.size == 1:
             return tensor
-        sent, decode = _encode_for_move(tf.convert_to_tensor(tensor))
+        sent, decode = encode_for_move(tf.convert_to_tensor(tensor))
         with tf.device(self.host_device or "/device:CPU:0"):
             out = self._sequencer.run(
                 "all_gather", lambda name: self.transport.all_gather(sent, name=name))
@@ -238,7 +206,7 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         if self.transport.size == 1 or not tensors:
             return tensors
-        encoded = [_encode_for_move(t) for t in tensors]
+        encoded = [encode_for_move(t) for t in tensors]
         sent = [t for t, _ in encoded]
         with tf.device(self.host_device or "/device:CPU:0"):
             out = self._sequencer.run(

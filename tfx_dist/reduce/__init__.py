@@ -1,0 +1,1 @@
+"""Reductions: across local devices (cross_device, local) and across workers (cross_worker)."""

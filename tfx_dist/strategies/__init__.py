@@ -1,0 +1,1 @@
+"""The tf.distribute strategies tfx_dist offers, and their private helpers."""
