@@ -15,7 +15,7 @@ class LaunchError(RuntimeError):
 
 
 def say(message: str) -> None:
-    """Writes one line of the launcher's own on its stderr, named as the launcher's."""
+    """Writes a message of the launcher's own to stderr, after its name: ``tfx-dist-run: ...``."""
     sys.stderr.write(f"{LAUNCHER}: {message}\n")
     sys.stderr.flush()
 
