@@ -79,6 +79,9 @@ PYTHON_PACKAGE = "tfx_dist"
 PYTHON_CONFINED = {
     # The TensorFlow-free ground floor: resolving a cluster has no side effects.
     "tfx_dist.cluster": ("tfx_dist.cluster", "tfx_dist.settings"),
+    # The launcher starts fast and loads no TensorFlow: the standard library and the cluster only.
+    "tfx_dist.launcher": ("tfx_dist.launcher", "tfx_dist.cluster"),
+    "tfx_dist.run": ("tfx_dist.launcher",),
 }
 # Lazy (function-level) imports allowed to close a circle: (importer, imported) -> reason.
 ALLOWED_LAZY_EDGES: dict[tuple[str, str], str] = {}

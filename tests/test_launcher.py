@@ -1,4 +1,4 @@
-"""Tests of tfx-dist-run (tfx_dist/run.py) with real worker processes.
+"""Tests of tfx-dist-run (tfx_dist/run.py, tfx_dist/launcher/) with real worker processes.
 
 The launcher runs as ``python tfx_dist/run.py``: the module uses the standard
 library only, so this skips importing the tfx_dist package (which loads
@@ -19,6 +19,7 @@ import pytest
 
 from tfx_dist import cluster
 from tfx_dist import run as launcher
+from tfx_dist.launcher import ports as ports_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_PY = os.path.join(ROOT, "tfx_dist", "run.py")
@@ -133,9 +134,9 @@ def test_port_base_in_use_is_refused(tmp_path):
 def test_pick_ports_are_free_distinct_and_below_the_ephemeral_range():
     ports = launcher.pick_ports("127.0.0.1", 8)
     assert len(set(ports)) == 8
-    low = launcher._ephemeral_range()[0]
+    low = ports_module._ephemeral_range()[0]
     assert all(p < low for p in ports)
-    assert all(launcher._port_is_free("127.0.0.1", p) for p in ports)
+    assert all(ports_module._port_is_free("127.0.0.1", p) for p in ports)
 
 
 AFFINITY = """
@@ -367,6 +368,14 @@ def test_module_entry_point(tmp_path):
     assert sorted(result.stdout.splitlines()) == ["[0] hello", "[1] hello"]
 
 
+def test_the_launcher_loads_no_tensorflow():
+    # It starts once per job and must start fast; the workers load TensorFlow, not it.
+    check = "import sys, tfx_dist.run; assert 'tensorflow' not in sys.modules, 'tensorflow loaded'"
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
 def test_workers_die_with_a_killed_launcher(tmp_path):
     worker = script(tmp_path, """
@@ -435,4 +444,3 @@ def test_a_rank_failing_before_it_connects_stops_the_job_at_once(tmp_path, relia
     assert "bad configuration" in result.stderr
     assert "connected?!" not in result.stdout
     assert elapsed < 20  # TFX_TIMEOUT_S is 60
-

@@ -1,0 +1,35 @@
+"""How the launcher reports an outcome: its own messages on stderr and the exit statuses it returns."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+LAUNCHER = "tfx-dist-run"
+EXIT_TIMEOUT = 124        # as coreutils' timeout(1)
+EXIT_CANNOT_START = 2     # bad arguments (argparse's status) or the job could not start
+
+
+class LaunchError(RuntimeError):
+    """The launcher could not start the job (bad arguments, no free ports)."""
+
+
+def say(message: str) -> None:
+    """Writes a message of the launcher's own to stderr, after its name: ``tfx-dist-run: ...``."""
+    sys.stderr.write(f"{LAUNCHER}: {message}\n")
+    sys.stderr.flush()
+
+
+def describe_exit(code: int) -> str:
+    """A worker's exit, as Popen.returncode gives it, in words: "failed with exit code 3"."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"failed with exit code {code}"
+
+
+def shell_exit_code(code: int) -> int:
+    """Popen.returncode as a shell reports it: 128+N for a process killed by signal N."""
+    return 128 - code if code < 0 else code
