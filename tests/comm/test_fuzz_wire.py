@@ -26,7 +26,7 @@ import comm_procs as procs
 from test_wire_protection import run_through_relay
 
 WORKER = "comm_worker.py"
-HELLO = struct.Struct("<8sHBIII32sH")   # rendezvous.py's HELLO
+HELLO = struct.Struct("<8sHBIII32sH")   # rendezvous/wire.py's _HELLO
 MAGIC = b"TFXCOMM\x01"
 
 

@@ -13,8 +13,9 @@ import time
 import pytest
 
 import comm_procs as procs
+from tfx_dist import errors
 from tfx_dist.comm import rendezvous
-from tfx_dist.comm.rendezvous import RendezvousError
+from tfx_dist.comm.rendezvous import RendezvousError, UnauthenticatedRendezvousError
 
 WORKER = "comm_worker.py"
 pytestmark = pytest.mark.reliability
@@ -33,6 +34,30 @@ def test_a_wrong_secret_fails_every_rank_long_before_the_timeout(reliability):
     reliability("rank 1 started with another TFX_JOB_SECRET (TFX_TIMEOUT_S=120)",
                 "both ranks fail naming the secret; rank 0 after the 5 s grace, not the timeout",
                 detected_s=round(elapsed, 1))
+
+
+def test_a_wrong_secret_is_an_authentication_error_on_both_sides():
+    addresses = procs.free_addresses(2)
+    listener = rendezvous._Listener(0, 2, addresses, b"job-secret", time.monotonic() + 30)
+    try:
+        with pytest.raises(UnauthenticatedRendezvousError) as client:
+            rendezvous._connect(1, 2, 0, addresses, rendezvous.DATA, b"other-secret", time.monotonic() + 10)
+        with pytest.raises(UnauthenticatedRendezvousError) as server:  # after the grace for the real rank
+            listener.wait()
+    finally:
+        listener.close()
+    for e in (client.value, server.value):
+        # One hierarchy: an authentication failure, still a rendezvous error (a ConnectionError).
+        assert isinstance(e, errors.UnauthenticatedError) and e.code == errors.UNAUTHENTICATED, repr(e)
+        assert isinstance(e, RendezvousError) and isinstance(e, ConnectionError), repr(e)
+        assert "TFX_JOB_SECRET" in str(e), str(e)
+
+
+def test_a_rendezvous_error_is_a_peer_that_cannot_be_reached():
+    with pytest.raises(RendezvousError) as e:
+        rendezvous.connect_all(0, 2, ["no-such-host.invalid:12345", "127.0.0.1:1"], b"s", timeout_s=5)
+    assert isinstance(e.value, errors.UnavailableError) and isinstance(e.value, ConnectionError)
+    assert e.value.code == errors.UNAVAILABLE and not isinstance(e.value, errors.UnauthenticatedError)
 
 
 def _hello(crank: int, size: int, srank: int, nonce: bytes, addresses: list[str]) -> bytes:

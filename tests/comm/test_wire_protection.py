@@ -23,7 +23,7 @@ import pytest
 from comm_procs import free_addresses
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HELLO, WELCOME, MAC = 57, 76, 32   # rendezvous.py's _HELLO.size, _WELCOME.size, _MAC
+HELLO, WELCOME, MAC = 57, 76, 32   # rendezvous/wire.py's _HELLO.size, _WELCOME.size, _MAC
 DATA_CHANNEL = 1
 FLIP_AT = (1 << 20) + 3            # a float32 exponent byte well inside the payload
 TARGET_FRAME = 5

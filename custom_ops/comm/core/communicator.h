@@ -1,7 +1,7 @@
 // One communicator per process: the pairs to every peer, the control
 // connections of the negotiation, and the runtime thread. It only receives
 // calls: the work of each collective is its executor's (executors/). Built from sockets the Python rendezvous has already
-// connected and authenticated (tfx_dist/comm/rendezvous.py).
+// connected and authenticated (tfx_dist/comm/rendezvous/).
 #pragma once
 
 #include <atomic>

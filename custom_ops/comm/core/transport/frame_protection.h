@@ -1,7 +1,7 @@
 // Per-connection integrity (and, on request, confidentiality) of a TCP
 // byte stream: AES-256-GCM over frames, one key per connection and
 // direction (derived from the job secret and both handshake nonces by the
-// rendezvous, tfx_dist/comm/rendezvous.py), with the frame's number as the
+// rendezvous, tfx_dist/comm/rendezvous/), with the frame's number as the
 // nonce. A changed, dropped, reordered or replayed frame therefore fails the
 // tag check on the receiving side; nothing of it is delivered.
 //
