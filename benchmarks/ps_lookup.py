@@ -132,14 +132,14 @@ def tfx_task(args) -> None:
     # random order, so the machine's load changes weigh on all alike.
     native = _native_lookup(table)
     from tfx_dist import _ops
-    from tfx_dist.layers import embedding_tables
+    from tfx_dist.tables import gradients as table_gradients
     bare_op = _ops.load_op_library("_ps_ops").tfx_ps_lookup
 
     def bare(ids):  # TfxPsLookup alone: no anchor, not differentiable
         return bare_op(ids, client_id=table._client_id, table_id=table.table_id, dim=DIM)
 
     def before_change(ids):  # the lookup as it was: TfxPsLookup inside tf.custom_gradient, anchor read
-        return embedding_tables.anchored_lookup(table.anchor, ids, bare, tf.constant([1 << 62, DIM], tf.int64))
+        return table_gradients.anchored_lookup(table.anchor, ids, bare, tf.constant([1 << 62, DIM], tf.int64))
 
     passthrough = tf.function(lambda ids: tf.identity(ids))
     bare_fn, before_fn = tf.function(bare), tf.function(before_change)
