@@ -28,7 +28,8 @@ from tensorflow.python.distribute import device_util  # noqa: F401
 from tensorflow.python.distribute import distribute_lib  # noqa: F401
 # SingleDevice: the host input device of a strategy.
 from tensorflow.python.distribute import numpy_dataset  # noqa: F401
-# DistributedIterator and the per-worker iterators whose functions `patches` replaces.
+# DistributedIterator and the per-worker iterators whose functions `direct_read`, `partial_batch_check` and
+# `iterator_hand_over` replace.
 from tensorflow.python.distribute import input_lib  # noqa: F401
 # CheckpointInitialValue, unwrapped before broadcasting a variable's initial value.
 from tensorflow.python.trackable import base as trackable_base  # noqa: F401

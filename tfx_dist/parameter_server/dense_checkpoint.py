@@ -14,7 +14,7 @@ optimizer's state, so they travel with it:
   optimizer, serializes them (one string tensor);
 - Keras files (`save_weights`, `model.save`, `BackupAndRestore`): the
   optimizer's entry gets one more array, ``tfx_ps_dense_slots``
-  (`_tf_compat/patches.py` adds and strips it around Keras's own code).
+  (`_tf_compat/optimizer_extras.py` adds and strips it around Keras's own code).
 
 Restoring gives every server the saved rows and slots (any number of
 servers; every worker restores, idempotently, as for tables). A variable
