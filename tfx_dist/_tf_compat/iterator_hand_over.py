@@ -13,6 +13,14 @@ Two replacements, for the two kinds of eager iterator a program drops:
 
 Destroying a tf.data iterator waits for its autotuning thread to stop
 (`tfx_dist.input.iterator_reaper` explains why that matters and takes them).
+
+Both hand over the same way (`_hand_over_when_garbage`), but stay two
+replacements: when a distributed iterator fetches to devices (TensorFlow's
+default), the resource that reads the dataset (and waits for autotuning when
+destroyed) is its ``OwnedMultiDeviceIterator``'s own, not one made by
+``tf.data.Dataset.__iter__``; and the first is asked for per dataset by a
+strategy while the second is process-wide (Horovod-style scripts, which
+distribute no dataset), so neither can stand for the other.
 """
 
 from __future__ import annotations
@@ -24,6 +32,24 @@ import tensorflow as tf
 from tfx_dist._tf_compat import fields, replacements
 from tfx_dist._tf_compat.imports import input_lib
 
+# The attribute of a marked distributed dataset that holds its callback.
+_HAND_OVER_ATTRIBUTE = "_tfx_hand_over_iterators"
+
+
+def _hand_over_when_garbage(iterator, hand_over, take, held) -> None:
+    """Once ``iterator`` is garbage, calls ``hand_over(take(held))`` in the thread that drops it.
+
+    ``held``: the part of the iterator that holds its tf.data iterators (the
+    finalizer keeps it, not the iterator); ``take`` takes them out of it, so
+    that the callee holds the last references, whatever that thread frees
+    afterwards.
+    """
+    weakref.finalize(iterator, _take_and_hand_over, hand_over, take, held)
+
+
+def _take_and_hand_over(hand_over, take, held) -> None:
+    hand_over(take(held))
+
 
 # -- distributed iterators of marked datasets ---------------------------------------------------
 
@@ -32,23 +58,17 @@ def hand_over_dropped_iterators(distributed, hand_over) -> None:
     ``hand_over(tf_data_iterators)`` in the thread that drops them, with the last
     references to their tf.data iterators."""
     replacements.install()
-    distributed._tfx_hand_over_iterators = hand_over  # pylint: disable=protected-access
-
-
-def _take_and_hand_over(hand_over, workers: list) -> None:
-    # Runs in the thread that drops the distributed iterator. Take the tf.data
-    # iterators out of the per-worker wrappers so that the callee holds the
-    # last references, whatever this thread frees afterwards.
-    hand_over(fields.take_dataset_iterators(workers))
+    setattr(distributed, _HAND_OVER_ATTRIBUTE, hand_over)
 
 
 def _handing_over_iter(make_iterator):
     def __iter__(self):
         iterator = make_iterator(self)
-        hand_over = getattr(self, "_tfx_hand_over_iterators", None)
+        hand_over = getattr(self, _HAND_OVER_ATTRIBUTE, None)
         if hand_over is not None and tf.executing_eagerly():
-            weakref.finalize(iterator, _take_and_hand_over, hand_over,
-                             fields.per_worker_iterators(iterator))
+            # The per-worker wrappers, each holding one tf.data iterator.
+            _hand_over_when_garbage(iterator, hand_over, fields.take_dataset_iterators,
+                                    fields.per_worker_iterators(iterator))
         return iterator
 
     return __iter__
@@ -68,18 +88,17 @@ def hand_over_dataset_iterators(hand_over) -> None:
     _dataset_hand_over = hand_over
 
 
-def _take_resource_and_hand_over(hand_over, iterator_fields: dict) -> None:
-    # Runs as the iterator dies, before its fields are cleared: take the
-    # resource out of them so that the callee holds the last reference.
-    hand_over([fields.take_iterator_resource(iterator_fields)])
+def _take_resource(iterator_fields: dict) -> list:
+    return [fields.take_iterator_resource(iterator_fields)]
 
 
 def _handing_over_resource_iter(make_iterator):
     def __iter__(self):
         iterator = make_iterator(self)
         if _dataset_hand_over is not None and tf.executing_eagerly():
-            weakref.finalize(iterator, _take_resource_and_hand_over, _dataset_hand_over,
-                             fields.iterator_fields(iterator))
+            # The iterator's fields, read as it dies (before they are cleared).
+            _hand_over_when_garbage(iterator, _dataset_hand_over, _take_resource,
+                                    fields.iterator_fields(iterator))
         return iterator
 
     return __iter__
