@@ -6,8 +6,8 @@ optimizer's entry of a ``.weights.h5`` / ``.keras`` file). When the
 optimizer's strategy keeps optimizer state elsewhere (its extended is an
 `OptimizerExtrasHost`: the servers' slots of dense variables), its
 ``save_optimizer_extras`` adds entries (named ``EXTRA_KEY_PREFIX...``) after
-Keras's, and its ``load_optimizer_extras`` reads them; Keras's own load sees its entries only
-(it skips a count that differs).
+Keras's, and its ``load_optimizer_extras`` reads them; Keras's own load sees
+its entries only (it skips a count that differs).
 """
 
 from __future__ import annotations
