@@ -10,7 +10,11 @@ objects. A TensorFlow upgrade touches this package only:
 * `imports`: the private modules tfx_dist subclasses and calls.
 * `fields`: private fields of TensorFlow objects, read or set by functions
   named for what they do.
-* `patches`: the functions of TensorFlow and Keras replaced at run time, installed once.
+* `patches`: the functions of TensorFlow and Keras replaced at run time, installed once
+  (`patches.install`); one module per replaced area (`direct_read`,
+  `partial_batch_check`, `iterator_hand_over`, `table_gradients`,
+  `checkpoint_files`, `keras_build`, `loss_share`, `optimizer_extras`), each
+  saying what it replaces and why.
 * `keras_optimizer`: a hook where Keras 3 optimizers clip gradients (private
   ``_clip_gradients``), for Horovod's ``DistributedOptimizer``.
 * `keras_callbacks`: Keras's file-writing callbacks pointed at per-worker
@@ -37,15 +41,19 @@ from tfx_dist._tf_compat.fields import (component_variable,  # noqa: E402
                                         dataset_function_graphs, dataset_inputs,
                                         init_collective_extended, input_workers,
                                         run_independently, skip_partial_batch_check)
-from tfx_dist._tf_compat.keras_optimizer import optimizer_with_gradient_hook  # noqa: E402
-from tfx_dist._tf_compat.patches import (build_from_first_replica,  # noqa: E402
-                                         check_partial_batches_locally,
-                                         current_checkpoint_prefix, current_restore_prefix,
-                                         delete_with_checkpoints,
-                                         hand_over_dropped_iterators, hand_over_dataset_iterators,
-                                         keep_optimizer_extras,
-                                         read_one_element_per_replica, replica_loss_share,
-                                         route_table_gradients)
+from tfx_dist._tf_compat.keras_optimizer import GradientHook, optimizer_with_gradient_hook  # noqa: E402
+from tfx_dist._tf_compat.checkpoint_files import (current_checkpoint_prefix,  # noqa: E402
+                                                  current_restore_prefix, delete_with_checkpoints)
+from tfx_dist._tf_compat.direct_read import read_one_element_per_replica  # noqa: E402
+from tfx_dist._tf_compat.iterator_hand_over import (hand_over_dataset_iterators,  # noqa: E402
+                                                    hand_over_dropped_iterators)
+from tfx_dist._tf_compat.keras_build import build_from_first_replica  # noqa: E402
+from tfx_dist._tf_compat.loss_share import replica_loss_share  # noqa: E402
+from tfx_dist._tf_compat.optimizer_extras import (OptimizerExtrasHost,  # noqa: E402
+                                                  keep_optimizer_extras)
+from tfx_dist._tf_compat.partial_batch_check import check_partial_batches_locally  # noqa: E402
+from tfx_dist._tf_compat.table_gradients import route_table_gradients  # noqa: E402
+from tfx_dist._tf_compat import patches  # noqa: E402,F401 (declares what the calls above install)
 
 __all__ = [
     "SUPPORTED_KERAS", "SUPPORTED_TENSORFLOW", "check_versions",
@@ -59,6 +67,6 @@ __all__ = [
     "build_from_first_replica", "check_partial_batches_locally", "current_checkpoint_prefix",
     "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",
     "hand_over_dataset_iterators",
-    "keep_optimizer_extras", "read_one_element_per_replica",
-    "replica_loss_share", "route_table_gradients", "optimizer_with_gradient_hook",
+    "OptimizerExtrasHost", "keep_optimizer_extras", "read_one_element_per_replica",
+    "replica_loss_share", "route_table_gradients", "GradientHook", "optimizer_with_gradient_hook",
 ]

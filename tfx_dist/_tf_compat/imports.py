@@ -18,9 +18,11 @@ from tensorflow.python.distribute import mirrored_strategy  # noqa: F401
 from tensorflow.python.distribute import parameter_server_strategy as parameter_server_lib  # noqa: F401,E501
 # ReduceOp enum used internally (tf.distribute.ReduceOp is the same object).
 from tensorflow.python.distribute import reduce_util  # noqa: F401
-# TF's MultiWorkerMirroredStrategy internals: tfx_dist's multi-worker extended subclasses CollectiveAllReduceExtended.
+# TF's MultiWorkerMirroredStrategy internals: tfx_dist's multi-worker extended subclasses
+# CollectiveAllReduceExtended.
 from tensorflow.python.distribute import collective_all_reduce_strategy  # noqa: F401
-# CollectiveKeys (kept on the multi-worker extended for code that expects it); copies of a tensor or IndexedSlices to a device.
+# CollectiveKeys (kept on the multi-worker extended for code that expects it); copies of a tensor
+# or IndexedSlices to a device.
 from tensorflow.python.distribute import cross_device_utils  # noqa: F401
 # Canonical device names ("/job:localhost/replica:0/task:0/device:CPU:0").
 from tensorflow.python.distribute import device_util  # noqa: F401
@@ -28,7 +30,8 @@ from tensorflow.python.distribute import device_util  # noqa: F401
 from tensorflow.python.distribute import distribute_lib  # noqa: F401
 # SingleDevice: the host input device of a strategy.
 from tensorflow.python.distribute import numpy_dataset  # noqa: F401
-# DistributedIterator and the per-worker iterators whose functions `patches` replaces.
+# DistributedIterator and the per-worker iterators whose functions `direct_read`, `partial_batch_check` and
+# `iterator_hand_over` replace.
 from tensorflow.python.distribute import input_lib  # noqa: F401
 # CheckpointInitialValue, unwrapped before broadcasting a variable's initial value.
 from tensorflow.python.trackable import base as trackable_base  # noqa: F401

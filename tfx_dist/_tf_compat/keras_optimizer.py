@@ -14,10 +14,21 @@ from tfx_dist._tf_compat.versions import SUPPORTED_KERAS
 _PRIVATE = "_clip_gradients"
 
 
+class GradientHook:
+    """Mixed in before a Keras 3 optimizer class given to `optimizer_with_gradient_hook`.
+
+    The method's prefix keeps it clear of Keras's own optimizer attributes.
+    """
+
+    def _tfx_gradient_hook(self, grads):
+        """The gradients (a list, None kept) that the update goes on with, from ``grads``."""
+        raise NotImplementedError
+
+
 def optimizer_with_gradient_hook(optimizer_class: type) -> type:
-    """A subclass of the Keras 3 optimizer class ``optimizer_class`` whose
-    instances pass their gradients through ``self._tfx_gradient_hook(grads)``
-    (which the class must define) once per update, before clipping.
+    """A subclass of the Keras 3 optimizer class ``optimizer_class`` (which mixes in
+    `GradientHook`) whose instances pass their gradients through
+    ``self._tfx_gradient_hook(grads)`` once per update, before clipping.
 
     Raises:
       UnsupportedTensorFlowError: this Keras has no ``_clip_gradients`` (the
@@ -28,8 +39,8 @@ def optimizer_with_gradient_hook(optimizer_class: type) -> type:
             f"tfx_dist's DistributedOptimizer hooks Keras {SUPPORTED_KERAS}'s private "
             f"optimizer method {_PRIVATE}, which {optimizer_class.__name__} does not have: "
             f"install Keras {SUPPORTED_KERAS}.x.")
-    if not callable(getattr(optimizer_class, "_tfx_gradient_hook", None)):
-        raise TypeError(f"{optimizer_class.__name__} defines no _tfx_gradient_hook(grads)")
+    if not issubclass(optimizer_class, GradientHook):
+        raise TypeError(f"{optimizer_class.__name__} does not mix in tfx_dist's GradientHook")
 
     def _clip_gradients(self, grads):
         return super(hooked, self)._clip_gradients(self._tfx_gradient_hook(grads))

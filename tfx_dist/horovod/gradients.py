@@ -42,7 +42,7 @@ class _GradientReducer:
         return grads
 
 
-class _DistributedOptimizer:
+class _DistributedOptimizer(tfc.GradientHook):
     """Mixed in before a Keras 3 optimizer's class: gradients are all-reduced
     where Keras clips them (`tfc.optimizer_with_gradient_hook`), i.e. once per
     update, after the local accumulation of ``gradient_accumulation_steps``

@@ -18,7 +18,7 @@ datasets they distribute when every replica of the worker runs on the
 worker's host CPU, and a worker with several such replicas reads the stream
 the multi-device iterator would have dealt out: consecutive elements, one per
 replica, in replica order (each read waits for the one before, so the order
-holds inside a graph too; the reading itself is `tfx_dist._tf_compat.patches`).
+holds inside a graph too; the reading itself is `tfx_dist._tf_compat.direct_read`).
 GPUs keep the multi-device iterator, which prefetches to the device.
 """
 

@@ -8,7 +8,7 @@ one in its next collective. The wait does not hold the GIL (a worker keeps
 training while a background thread destroys an iterator), so tfx_dist's
 strategies mark the datasets they distribute (`reap_in_background`) and
 their iterators, once garbage, are destroyed on one daemon thread (the
-hand-over itself is in `tfx_dist._tf_compat.patches`). Horovod-style scripts
+hand-over itself is in `tfx_dist._tf_compat.iterator_hand_over`). Horovod-style scripts
 use no strategy: `tfx_dist.horovod.init` asks for the same with every eager
 tf.data iterator of the process (`reap_dataset_iterators_in_background`): those
 Keras makes every epoch and those a custom loop drops.

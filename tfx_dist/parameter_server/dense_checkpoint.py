@@ -14,7 +14,7 @@ optimizer's state, so they travel with it:
   optimizer, serializes them (one string tensor);
 - Keras files (`save_weights`, `model.save`, `BackupAndRestore`): the
   optimizer's entry gets one more array, ``tfx_ps_dense_slots``
-  (`_tf_compat/patches.py` adds and strips it around Keras's own code).
+  (`_tf_compat/optimizer_extras.py` adds and strips it around Keras's own code).
 
 Restoring gives every server the saved rows and slots (any number of
 servers; every worker restores, idempotently, as for tables). A variable
@@ -37,6 +37,9 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist.parameter_server import keras_files, table_checkpoint
 
 KERAS_KEY = "tfx_ps_dense_slots"
+# The Keras optimizer's attribute that holds its `DenseSlots`, and so their name in
+# `tf.train.Checkpoint` files: renaming it would orphan the slots of saved checkpoints.
+_OPTIMIZER_ATTRIBUTE = "_tfx_ps_dense_slots"
 _log = logging.getLogger(__name__)
 
 
@@ -100,6 +103,13 @@ class DenseSlots(tfc.trackable_base.Trackable):
             restore(restored_tensors["records"])
             return None
         return tf.py_function(restore, [restored_tensors["records"]], tf.bool)
+
+
+def track_with_optimizer(optimizer, extended) -> None:
+    """Gives ``optimizer`` the `DenseSlots` of ``extended`` (once): checkpoints of the optimizer
+    save the slots with it, and one restored earlier restores them now (into pending)."""
+    if getattr(optimizer, _OPTIMIZER_ATTRIBUTE, None) is None:
+        setattr(optimizer, _OPTIMIZER_ATTRIBUTE, DenseSlots(extended))
 
 
 def save_to_keras_store(extended, store) -> None:

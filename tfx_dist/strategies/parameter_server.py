@@ -46,7 +46,7 @@ from tfx_dist.tables.protocol import TableHost
 _MODES = ("sync", "async")
 
 
-class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost):
+class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.OptimizerExtrasHost):
     """The multi-worker extended, plus the tables' client and their gradients' route."""
 
     def __init__(self, container_strategy, info, mode, dense_placement="workers", **kwargs):
@@ -123,10 +123,7 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost):
         table = self._dense.get(id(variable))
         if table is None:
             with tf.init_scope():  # values are read and sent eagerly, once
-                if getattr(optimizer, "_tfx_ps_dense_slots", None) is None:
-                    # Tracked by the optimizer: checkpoints save the slots with it. A
-                    # checkpoint restored earlier restores it now (into pending).
-                    optimizer._tfx_ps_dense_slots = dense_checkpoint.DenseSlots(self)
+                dense_checkpoint.track_with_optimizer(optimizer, self)
                 record, beside = self._pending_dense_slots.pop(variable.path, (None, None))
                 table = dense_variables_lib.DenseTable(
                     variable, self._ps_client, next(self._table_ids), self._dense_layout,
