@@ -30,7 +30,8 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_dead_segments(shm_dir: str = SHM_DIR) -> list[str]:
-    """Unlinks this user's ``tfx_comm_*`` segments (and rendezvous probes) whose creating process is gone; returns their names."""
+    """Unlinks this user's ``tfx_comm_*`` segments (and rendezvous probes) whose creating
+    process is gone; returns their names."""
     removed = []
     try:
         names = os.listdir(shm_dir)
