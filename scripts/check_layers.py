@@ -43,22 +43,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # order across the libraries: the parameter server (embedding/server) sits on
 # the collective runtime's service.
 LAYERS = (
+    # One Status (TensorFlow's codes) and the C-API error helper, under every library.
     ("common", ("custom_ops/common",)),
     # The collective runtime, bottom to top.
     ("comm base", tuple("custom_ops/comm/core/" + name for name in (
-        "status", "deadline", "defaults", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
+        "deadline", "defaults", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
     ("comm transport", ("custom_ops/comm/core/transport",)),
     ("comm collectives", ("custom_ops/comm/core/collectives",)),
     ("comm service", ("custom_ops/comm/core/service",)),
     # The one options struct, passed by reference to negotiation and executors.
     ("comm options", ("custom_ops/comm/core/options",)),
     # What negotiation and executors both speak: requests, responses, op traits.
-    # Today fusion/messages.*; a folder of its own once it moves.
-    ("comm vocabulary", ("custom_ops/comm/core/fusion/messages", "custom_ops/comm/core/protocol",
-                         "custom_ops/comm/core/vocabulary")),
+    ("comm protocol", ("custom_ops/comm/core/protocol",)),
     ("comm timeline", ("custom_ops/comm/core/timeline",)),
     # Negotiation (which tensors are ready everywhere, fused how): below execution.
-    ("comm negotiation", ("custom_ops/comm/core/fusion", "custom_ops/comm/core/negotiation")),
+    ("comm negotiation", ("custom_ops/comm/core/negotiation",)),
     ("comm executors", ("custom_ops/comm/core/executors",)),
     ("comm communicator", ("custom_ops/comm/core/communicator",)),
     ("comm c_api", ("custom_ops/comm/core/c_api",)),
@@ -66,8 +65,7 @@ LAYERS = (
     ("embedding core", ("custom_ops/embedding/core",)),
     ("embedding gpu", ("custom_ops/embedding/cuda",)),
     ("embedding server", ("custom_ops/embedding/server",)),
-    ("fused_reduce", ("custom_ops/fused_reduce/core",)),
-    # TensorFlow's ops and kernels, over the C APIs.
+    # TensorFlow's ops and kernels, over the C APIs (fused_reduce is kernels only).
     ("tensorflow ops", ("custom_ops/comm/cc", "custom_ops/embedding/cc", "custom_ops/fused_reduce/cc")),
 )
 # Tests and their helpers may include any layer (fnmatch patterns on the path).
@@ -79,6 +77,14 @@ PYTHON_PACKAGE = "tfx_dist"
 PYTHON_CONFINED = {
     # The TensorFlow-free ground floor: resolving a cluster has no side effects.
     "tfx_dist.cluster": ("tfx_dist.cluster", "tfx_dist.settings"),
+    # Under everything: the environment variables and the one exception hierarchy.
+    "tfx_dist.settings": ("tfx_dist.settings",),
+    "tfx_dist.errors": ("tfx_dist.errors",),
+    # The one ctypes loader, and the native faces on it (below every strategy).
+    "tfx_dist._native": ("tfx_dist._native", "tfx_dist._ops", "tfx_dist.errors"),
+    "tfx_dist.embedding": ("tfx_dist.embedding", "tfx_dist._native", "tfx_dist._ops", "tfx_dist.errors"),
+    "tfx_dist.comm": ("tfx_dist.comm", "tfx_dist._native", "tfx_dist._ops", "tfx_dist.cluster",
+                      "tfx_dist.errors", "tfx_dist.settings"),
 }
 # Lazy (function-level) imports allowed to close a circle: (importer, imported) -> reason.
 ALLOWED_LAZY_EDGES: dict[tuple[str, str], str] = {}
@@ -343,8 +349,16 @@ def includes(root: str, path: str):
             yield number, target
 
 
+def stale_layer_entries(root: str) -> list[str]:
+    """Entries of LAYERS that match no file: a folder that moved or is gone."""
+    files = cpp_files(root)
+    return [prefix for _, prefixes in LAYERS for prefix in prefixes
+            if not any(_matches(path, prefix) for path in files)]
+
+
 def check_cpp(root: str, explain: bool) -> list[str]:
-    problems = []
+    problems = [f"c++: LAYERS entry {prefix} matches no file (moved? edit the table in "
+                f"scripts/check_layers.py)" for prefix in stale_layer_entries(root)]
     for path in cpp_files(root):
         if is_test(path):
             continue
