@@ -1,4 +1,4 @@
-"""Removes shared-memory segments whose creator died (issue 19, defect 4).
+"""Removes shared-memory segments whose creator died: a killed process would leave them in /dev/shm.
 
 The C++ transport (``custom_ops/comm/core/transport/shm_pair.cc``) creates
 ``/dev/shm/tfx_comm_<pid>_<random>`` and unlinks it once the peer has mapped
