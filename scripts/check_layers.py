@@ -48,17 +48,22 @@ LAYERS = (
     # The collective runtime, bottom to top.
     ("comm base", tuple("custom_ops/comm/core/" + name for name in (
         "deadline", "defaults", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
+    # Connections: TCP and shared memory, framing, wire protection.
     ("comm transport", ("custom_ops/comm/core/transport",)),
+    # The ring, tree and hierarchical algorithms over those connections.
     ("comm collectives", ("custom_ops/comm/core/collectives",)),
+    # Request/response calls over the transport (the parameter server's wire).
     ("comm service", ("custom_ops/comm/core/service",)),
     # The one options struct, passed by reference to negotiation and executors.
     ("comm options", ("custom_ops/comm/core/options",)),
     # What negotiation and executors both speak: requests, responses, op traits.
     ("comm protocol", ("custom_ops/comm/core/protocol",)),
+    # Span events per rank, written by negotiation and executors alike.
     ("comm timeline", ("custom_ops/comm/core/timeline",)),
     # Negotiation (which tensors are ready everywhere, fused how): below execution.
     ("comm negotiation", ("custom_ops/comm/core/negotiation",)),
     ("comm executors", ("custom_ops/comm/core/executors",)),
+    # The Communicator wires negotiation to the executors; the C API is its face.
     ("comm communicator", ("custom_ops/comm/core/communicator",)),
     ("comm c_api", ("custom_ops/comm/core/c_api",)),
     # The embedding store, then the parameter server on it (and on comm's service).
