@@ -362,3 +362,10 @@ def write_outputs(name: str, report: dict, markdown: str, out: str | None = None
     with open(md, "w") as f:
         f.write(markdown.rstrip() + "\n")
     return out, md
+
+
+def rewrite_markdown(name: str, out: str, markdown: Callable[[dict], str]) -> None:
+    """``--markdown-only``: writes ``out``'s .md again from the report already in ``out``."""
+    with open(out) as f:
+        report = json.load(f)
+    write_outputs(name, report, markdown(report), out)
