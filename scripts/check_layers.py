@@ -42,30 +42,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # C++ layers, lowest first; paths relative to the repository root. One total
 # order across the libraries: the parameter server (embedding/server) sits on
 # the collective runtime's service.
+#
+# The collective runtime's core above its base, bottom to top: connections (TCP and
+# shared memory, framing, wire protection); the ring, tree and hierarchical
+# algorithms over them; request/response calls (the parameter server's wire); the
+# one options struct, passed by reference to negotiation and executors; what those
+# two both speak (requests, responses, op traits); span events per rank;
+# negotiation (which tensors are ready everywhere, fused how), below execution; the
+# executors; the Communicator wiring them; its C API.
+COMM_CORE_STACK = ("transport", "collectives", "service", "options", "protocol", "timeline",
+                   "negotiation", "executors", "communicator", "c_api")
 LAYERS = (
     # One Status (TensorFlow's codes) and the C-API error helper, under every library.
     ("common", ("custom_ops/common",)),
-    # The collective runtime, bottom to top.
     ("comm base", tuple("custom_ops/comm/core/" + name for name in (
         "deadline", "defaults", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
-    # Connections: TCP and shared memory, framing, wire protection.
-    ("comm transport", ("custom_ops/comm/core/transport",)),
-    # The ring, tree and hierarchical algorithms over those connections.
-    ("comm collectives", ("custom_ops/comm/core/collectives",)),
-    # Request/response calls over the transport (the parameter server's wire).
-    ("comm service", ("custom_ops/comm/core/service",)),
-    # The one options struct, passed by reference to negotiation and executors.
-    ("comm options", ("custom_ops/comm/core/options",)),
-    # What negotiation and executors both speak: requests, responses, op traits.
-    ("comm protocol", ("custom_ops/comm/core/protocol",)),
-    # Span events per rank, written by negotiation and executors alike.
-    ("comm timeline", ("custom_ops/comm/core/timeline",)),
-    # Negotiation (which tensors are ready everywhere, fused how): below execution.
-    ("comm negotiation", ("custom_ops/comm/core/negotiation",)),
-    ("comm executors", ("custom_ops/comm/core/executors",)),
-    # The Communicator wires negotiation to the executors; the C API is its face.
-    ("comm communicator", ("custom_ops/comm/core/communicator",)),
-    ("comm c_api", ("custom_ops/comm/core/c_api",)),
+    *((f"comm {name}", (f"custom_ops/comm/core/{name}",)) for name in COMM_CORE_STACK),
     # The embedding store, then the parameter server on it (and on comm's service).
     ("embedding core", ("custom_ops/embedding/core",)),
     ("embedding gpu", ("custom_ops/embedding/cuda",)),
