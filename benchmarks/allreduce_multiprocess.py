@@ -35,10 +35,12 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
 KIB, MIB = 1 << 10, 1 << 20
 FULL_SIZES = [4 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB]
 QUICK_SIZES = [4 * KIB, 256 * KIB, 4 * MIB, 64 * MIB]
@@ -52,16 +54,6 @@ HOROVOD_MISSING = "not run (build/horovod-venv missing; run benchmarks/setup_hor
 def _repeats(nbytes: int, quick: bool) -> int:
     budget = (64 if quick else 256) * MIB  # bytes per size and implementation, roughly
     return int(max(3 if quick else 5, min(200 if quick else 500, budget // nbytes)))
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 # --------------------------------------------------------------------------- workers
@@ -216,7 +208,7 @@ def launcher_cpu_shares(nprocs: int):
 
 def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: float,
              tf_bfc: bool = True, bind: bool = True) -> dict:
-    addresses = [f"127.0.0.1:{p}" for p in _free_ports(nprocs)]
+    addresses = [f"127.0.0.1:{p}" for p in common.free_ports(nprocs)]
     env = dict(os.environ, TFX_JOB_SECRET=os.environ.get("TFX_JOB_SECRET") or os.urandom(16).hex(),
                TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     # TensorFlow's default CPU allocator returns buffers above glibc's mmap
@@ -232,17 +224,7 @@ def run_impl(impl: str, nprocs: int, sizes: list[int], quick: bool, timeout: flo
                               text=True, env=env,
                               preexec_fn=(lambda c=shares[r]: os.sched_setaffinity(0, c)) if shares[r] else None)
              for r in range(nprocs)]
-    outs = []
-    try:
-        for p in procs:
-            o, e = p.communicate(timeout=timeout)
-            if p.returncode != 0:
-                raise RuntimeError(f"{impl} worker failed ({p.returncode}):\n{e[-3000:]}")
-            outs.append(json.loads(next(line for line in o.splitlines() if line.startswith("RESULT "))[7:]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    outs = common.results_of_ranks(procs, f"{impl} worker", timeout)
     result = {"transport": outs[0]["transport"]}
     if "tf_function_floor_ms" in outs[0]:
         result["tf_function_floor_ms"] = max(o["tf_function_floor_ms"] for o in outs)

@@ -88,15 +88,7 @@ def worker(rank: int, addresses: list[str], sizes: list[int], quick: bool) -> No
 
 
 def run(nprocs: int, sizes: list[int], quick: bool) -> dict:
-    import socket
-
-    socks = [socket.socket() for _ in range(nprocs)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    addrs = [f"127.0.0.1:{p}" for p in ports]
+    addrs = [f"127.0.0.1:{p}" for p in common.free_ports(nprocs)]
     env = dict(os.environ, TFX_JOB_SECRET="bench", PYTHONPATH=common.ROOT)
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(r), json.dumps(addrs),
                                json.dumps(sizes)] + (["--quick"] if quick else []),

@@ -270,6 +270,51 @@ class Worker:
                 self.proc.wait()
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` loopback ports free right now (bound together, so all different)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def result_of(proc: subprocess.Popen, what: str, timeout_s: float, tag: str) -> dict:
+    """The JSON a benchmark process printed after ``tag``; raises naming ``what`` when there is none."""
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise RuntimeError(f"{what} gave no result within {timeout_s:.0f} s") from None
+    for line in out.splitlines():
+        if line.startswith(tag):
+            return json.loads(line[len(tag):])
+    raise RuntimeError(f"{what} exited {proc.returncode} without a result:\n{out[-3000:]}")
+
+
+def results_of_ranks(procs: list[subprocess.Popen], what: str, timeout_s: float) -> list[dict]:
+    """Each rank's ``RESULT <json>`` line, in rank order; the ranks still running at the end are killed."""
+    outs = []
+    try:
+        for p in procs:
+            try:
+                o, e = p.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"{what} still running after {timeout_s} s") from None
+            if p.returncode != 0:
+                raise RuntimeError(f"{what} failed ({p.returncode}):\n{e[-3000:]}")
+            outs.append(json.loads(next(line for line in o.splitlines() if line.startswith("RESULT "))[7:]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return outs
+
+
 def serve(handler: Callable[[dict], dict]) -> None:
     """Child side of `Worker`: answer commands from stdin until it closes."""
     for line in sys.stdin:
@@ -317,3 +362,10 @@ def write_outputs(name: str, report: dict, markdown: str, out: str | None = None
     with open(md, "w") as f:
         f.write(markdown.rstrip() + "\n")
     return out, md
+
+
+def rewrite_markdown(name: str, out: str, markdown: Callable[[dict], str]) -> None:
+    """``--markdown-only``: writes ``out``'s .md again from the report already in ``out``."""
+    with open(out) as f:
+        report = json.load(f)
+    write_outputs(name, report, markdown(report), out)

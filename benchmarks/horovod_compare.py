@@ -353,10 +353,7 @@ def main() -> None:
     parser.add_argument("--markdown-only", action="store_true", help="rewrite --out's .md from its .json")
     args = parser.parse_args()
     if args.markdown_only:
-        with open(args.out) as f:
-            report = json.load(f)
-        common.write_outputs("horovod_compare", report, markdown(report), args.out)
-        return
+        return common.rewrite_markdown("horovod_compare", args.out, markdown)
     if not os.path.exists(os.path.join(args.horovod_venv, "bin", "horovodrun")):
         sys.exit(f"{args.horovod_venv}/bin/horovodrun missing: run benchmarks/setup_horovod.sh "
                  "(make horovod) first")

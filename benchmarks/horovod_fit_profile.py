@@ -89,10 +89,7 @@ def main() -> None:
     parser.add_argument("--markdown-only", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args()
     if args.markdown_only:
-        with open(args.out) as f:
-            report = json.load(f)
-        common.write_outputs("horovod_fit_profile", report, markdown(report), args.out)
-        return
+        return common.rewrite_markdown("horovod_fit_profile", args.out, markdown)
     examples = int(os.environ.get("FIT_BENCH_EXAMPLES", "8192"))
     batch = int(os.environ.get("FIT_BENCH_BATCH", "64"))
     steps_per_epoch = -(-examples // batch)

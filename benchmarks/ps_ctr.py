@@ -101,22 +101,6 @@ def _batches(ids, labels, per_worker):
                                                labels.reshape(steps, per_worker, -1)))
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _peak_rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def _keras_model(embedding):
     import keras
     inputs = keras.Input((FEATURES,), dtype="int64")
@@ -198,9 +182,9 @@ def _fit_task(args, strategy, make_embedding, rank=None, workers=None, before_fi
     seconds = timer.end - timer.start
     # Wall-clock ends of the timed window too: independent processes' windows are compared.
     wall_end = time.time()
-    print(RESULT_TAG + json.dumps({"seconds": seconds, "steps": args.steps, "rss": _rss_bytes(),
+    print(RESULT_TAG + json.dumps({"seconds": seconds, "steps": args.steps, "rss": common.rss_bytes(),
                                    "cpu_seconds": timer.cpu_end - timer.cpu_start,
-                                   "peak_rss": _peak_rss_bytes(), "wall_start": wall_end - seconds,
+                                   "peak_rss": common.peak_rss_bytes(), "wall_start": wall_end - seconds,
                                    "wall_end": wall_end}), flush=True)
 
 
@@ -335,17 +319,6 @@ def tf_chief_task(args) -> None:
 
 # --------------------------------------------------------------------------- launcher side
 
-def _free_ports(n):
-    import socket
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 _SECRET = os.environ.get("TFX_JOB_SECRET") or os.urandom(16).hex()  # one per launcher run
 
 
@@ -359,21 +332,9 @@ def _start(role: str, tf_config: dict, args, rows: int) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def _result_of(proc: subprocess.Popen, what: str, timeout_s: float) -> dict:
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise RuntimeError(f"{what} gave no result within {timeout_s:.0f} s") from None
-    for line in out.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    raise RuntimeError(f"{what} exited {proc.returncode} without a result:\n{out[-3000:]}")
-
-
 def _run_job(args, rows, worker_role, server_role=None, chief_role=None) -> list[dict]:
     """Starts one job; returns the result of every process that reports one."""
-    ports = _free_ports(5)
+    ports = common.free_ports(5)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports[:2]]}
     if server_role is not None:
         cluster["ps"] = [f"127.0.0.1:{p}" for p in ports[2:4]]
@@ -398,7 +359,7 @@ def _run_job(args, rows, worker_role, server_role=None, chief_role=None) -> list
                 if proc.returncode != 0:
                     raise RuntimeError(f"{what} exited {proc.returncode}: {proc.stdout.read()[-2000:]}")
                 continue
-            results.append(_result_of(proc, what, args.timeout))
+            results.append(common.result_of(proc, what, args.timeout, RESULT_TAG))
         return results
     finally:
         for p in procs:
@@ -425,7 +386,7 @@ def _run_local(args, rows: int, procs: int, role: str = "local") -> list[dict]:
                 started.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                                 stderr=subprocess.STDOUT, text=True,
                                                 start_new_session=True))
-            return [_result_of(p, f"local process {i} of {procs}", args.timeout)
+            return [common.result_of(p, f"local process {i} of {procs}", args.timeout, RESULT_TAG)
                     for i, p in enumerate(started)]
         finally:
             for p in started:

@@ -254,17 +254,6 @@ def tf_chief_task(args) -> None:
 
 # --------------------------------------------------------------------------- launcher side
 
-def _free_ports(n):
-    import socket
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 _SECRET = os.environ.get("TFX_JOB_SECRET") or os.urandom(16).hex()  # one per launcher run
 
 
@@ -278,26 +267,14 @@ def _start(role: str, tf_config: dict, args) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def _result_of(proc: subprocess.Popen, what: str, timeout_s: float) -> dict:
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise RuntimeError(f"{what} gave no result within {timeout_s:.0f} s") from None
-    for line in out.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    raise RuntimeError(f"{what} exited {proc.returncode} without a result:\n{out[-3000:]}")
-
-
 def run_tfx(args) -> dict:
-    ports = _free_ports(3)
+    ports = common.free_ports(3)
     cluster = {"worker": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{p}" for p in ports[1:]]}
     servers = [_start("tfx", {"cluster": cluster, "task": {"type": "ps", "index": i}}, args)
                for i in range(2)]
     worker = _start("tfx", {"cluster": cluster, "task": {"type": "worker", "index": 0}}, args)
     try:
-        result = _result_of(worker, "the tfx_dist worker", args.timeout)
+        result = common.result_of(worker, "the tfx_dist worker", args.timeout, RESULT_TAG)
         for i, s in enumerate(servers):
             s.wait(timeout=60)  # they exit 0 once the worker has said goodbye
             if s.returncode != 0:
@@ -310,14 +287,14 @@ def run_tfx(args) -> dict:
 
 
 def run_tf(args) -> dict:
-    ports = _free_ports(4)
+    ports = common.free_ports(4)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"],
                "ps": [f"127.0.0.1:{p}" for p in ports[2:]]}
     servers = [_start("tf-server", {"cluster": cluster, "task": {"type": t, "index": i}}, args)
                for t, i in (("worker", 0), ("ps", 0), ("ps", 1))]
     chief = _start("tf-chief", {"cluster": cluster, "task": {"type": "chief", "index": 0}}, args)
     try:
-        return _result_of(chief, "TensorFlow's PS chief", args.timeout)
+        return common.result_of(chief, "TensorFlow's PS chief", args.timeout, RESULT_TAG)
     finally:
         for p in servers + [chief]:
             if p.poll() is None:

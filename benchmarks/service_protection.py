@@ -26,7 +26,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from allreduce_multiprocess import _free_ports  # noqa: E402
 import common  # noqa: E402
 
 WORKER = os.path.join(ROOT, "tests", "comm", "service_worker.py")
@@ -35,7 +34,7 @@ SIZES = {4096: 2000, 1 << 20: 200}  # payload bytes -> timed calls
 
 
 def run_mode(mode: str, nbytes: int, calls: int, timeout: float) -> dict:
-    addresses = [f"127.0.0.1:{_free_ports(1)[0]}"]
+    addresses = [f"127.0.0.1:{common.free_ports(1)[0]}"]
     env = dict(os.environ, TFX_SHM="0", TFX_WIRE_PROTECTION=mode, TFX_JOB_SECRET=os.urandom(16).hex(),
                PYTHONPATH=ROOT, PYTHONUNBUFFERED="1", SERVICE_LATENCY_BYTES=str(nbytes),
                SERVICE_LATENCY_CALLS=str(calls))

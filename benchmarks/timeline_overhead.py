@@ -137,7 +137,7 @@ def _worker_plain(args) -> dict:
 
 def _launch(worker_args: list[str], timeout: float) -> list[dict]:
     """Runs 2 ranks of this script's worker (bound as tfx-dist-run binds) and returns their results."""
-    addresses = [f"127.0.0.1:{p}" for p in ar._free_ports(2)]
+    addresses = [f"127.0.0.1:{p}" for p in common.free_ports(2)]
     env = dict(os.environ, TFX_JOB_SECRET=os.environ.get("TFX_JOB_SECRET") or os.urandom(16).hex(),
                TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", TF_CPU_ALLOCATOR_USE_BFC="true")
     env.pop("TFX_TIMELINE", None)
@@ -148,21 +148,7 @@ def _launch(worker_args: list[str], timeout: float) -> list[dict]:
                               text=True, env=env,
                               preexec_fn=(lambda c=shares[r]: os.sched_setaffinity(0, c)) if shares[r] else None)
              for r in range(2)]
-    outs = []
-    try:
-        for p in procs:
-            try:
-                o, e = p.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"timeline_overhead worker {worker_args} still running after {timeout} s")
-            if p.returncode != 0:
-                raise RuntimeError(f"timeline_overhead worker failed ({p.returncode}):\n{e[-3000:]}")
-            outs.append(json.loads(next(line for line in o.splitlines() if line.startswith("RESULT "))[7:]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return outs
+    return common.results_of_ranks(procs, f"timeline_overhead worker {worker_args}", timeout)
 
 
 def spread(values: list[float]) -> dict:

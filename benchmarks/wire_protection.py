@@ -24,7 +24,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from allreduce_multiprocess import _free_ports  # noqa: E402
 import common  # noqa: E402
 
 MODES = ("none", "integrity", "encrypt")
@@ -41,7 +40,7 @@ DEFAULT_NOTE = (
 
 
 def run_mode(mode: str, nbytes: int, timeout: float) -> dict:
-    addresses = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    addresses = [f"127.0.0.1:{p}" for p in common.free_ports(2)]
     env = dict(os.environ, TFX_SHM="0", TFX_WIRE_PROTECTION=mode, TFX_JOB_SECRET=os.urandom(16).hex(),
                PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", "allreduce_multiprocess.py"),

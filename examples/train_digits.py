@@ -36,16 +36,12 @@ def main() -> None:
         [d.name for d in tf.config.list_logical_devices("CPU")]
 
     import keras
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    from digits import build_model, load_data
 
     import tfx_dist
 
     keras.utils.set_random_seed(0)
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype("float32")
-    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0,
-                                                        stratify=y)
+    x_train, x_test, y_train, y_test = load_data()
 
     if args.strategy == "mirrored":
         strategy = tfx_dist.MirroredStrategy(devices)  # was: tf.distribute.MirroredStrategy()
@@ -59,15 +55,7 @@ def main() -> None:
     test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(batch_size)
 
     with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((64,)),
-            keras.layers.Dense(256, activation="relu"),
-            keras.layers.Dropout(0.2),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ])
-        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
-                      metrics=["accuracy"])
+        model = build_model()
 
     model.fit(train, validation_data=test, epochs=args.epochs, verbose=2)
     loss, accuracy = model.evaluate(test, verbose=0)

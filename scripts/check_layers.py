@@ -42,32 +42,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # C++ layers, lowest first; paths relative to the repository root. One total
 # order across the libraries: the parameter server (embedding/server) sits on
 # the collective runtime's service.
+#
+# The collective runtime's core above its base, bottom to top: connections (TCP and
+# shared memory, framing, wire protection); the ring, tree and hierarchical
+# algorithms over them; request/response calls (the parameter server's wire); the
+# one options struct, passed by reference to negotiation and executors; what those
+# two both speak (requests, responses, op traits); span events per rank;
+# negotiation (which tensors are ready everywhere, fused how), below execution; the
+# executors; the Communicator wiring them; its C API.
+COMM_CORE_STACK = ("transport", "collectives", "service", "options", "protocol", "timeline",
+                   "negotiation", "executors", "communicator", "c_api")
 LAYERS = (
+    # One Status (TensorFlow's codes) and the C-API error helper, under every library.
     ("common", ("custom_ops/common",)),
-    # The collective runtime, bottom to top.
     ("comm base", tuple("custom_ops/comm/core/" + name for name in (
-        "status", "deadline", "defaults", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
-    ("comm transport", ("custom_ops/comm/core/transport",)),
-    ("comm collectives", ("custom_ops/comm/core/collectives",)),
-    ("comm service", ("custom_ops/comm/core/service",)),
-    # The one options struct, passed by reference to negotiation and executors.
-    ("comm options", ("custom_ops/comm/core/options",)),
-    # What negotiation and executors both speak: requests, responses, op traits.
-    # Today fusion/messages.*; a folder of its own once it moves.
-    ("comm vocabulary", ("custom_ops/comm/core/fusion/messages", "custom_ops/comm/core/protocol",
-                         "custom_ops/comm/core/vocabulary")),
-    ("comm timeline", ("custom_ops/comm/core/timeline",)),
-    # Negotiation (which tensors are ready everywhere, fused how): below execution.
-    ("comm negotiation", ("custom_ops/comm/core/fusion", "custom_ops/comm/core/negotiation")),
-    ("comm executors", ("custom_ops/comm/core/executors",)),
-    ("comm communicator", ("custom_ops/comm/core/communicator",)),
-    ("comm c_api", ("custom_ops/comm/core/c_api",)),
+        "deadline", "defaults", "dtypes", "interrupt", "spin", "reduce_kernels", "topology"))),
+    *((f"comm {name}", (f"custom_ops/comm/core/{name}",)) for name in COMM_CORE_STACK),
     # The embedding store, then the parameter server on it (and on comm's service).
     ("embedding core", ("custom_ops/embedding/core",)),
     ("embedding gpu", ("custom_ops/embedding/cuda",)),
     ("embedding server", ("custom_ops/embedding/server",)),
-    ("fused_reduce", ("custom_ops/fused_reduce/core",)),
-    # TensorFlow's ops and kernels, over the C APIs.
+    # TensorFlow's ops and kernels, over the C APIs (fused_reduce is kernels only).
     ("tensorflow ops", ("custom_ops/comm/cc", "custom_ops/embedding/cc", "custom_ops/fused_reduce/cc")),
 )
 # Tests and their helpers may include any layer (fnmatch patterns on the path).
@@ -82,6 +77,14 @@ PYTHON_CONFINED = {
     # The launcher starts fast and loads no TensorFlow: the standard library and the cluster only.
     "tfx_dist.launcher": ("tfx_dist.launcher", "tfx_dist.cluster"),
     "tfx_dist.run": ("tfx_dist.launcher",),
+    # Under everything: the environment variables and the one exception hierarchy.
+    "tfx_dist.settings": ("tfx_dist.settings",),
+    "tfx_dist.errors": ("tfx_dist.errors",),
+    # The one ctypes loader, and the native faces on it (below every strategy).
+    "tfx_dist._native": ("tfx_dist._native", "tfx_dist._ops", "tfx_dist.errors"),
+    "tfx_dist.embedding": ("tfx_dist.embedding", "tfx_dist._native", "tfx_dist._ops", "tfx_dist.errors"),
+    "tfx_dist.comm": ("tfx_dist.comm", "tfx_dist._native", "tfx_dist._ops", "tfx_dist.cluster",
+                      "tfx_dist.errors", "tfx_dist.settings"),
 }
 # Lazy (function-level) imports allowed to close a circle: (importer, imported) -> reason.
 ALLOWED_LAZY_EDGES: dict[tuple[str, str], str] = {}
@@ -346,8 +349,16 @@ def includes(root: str, path: str):
             yield number, target
 
 
+def stale_layer_entries(root: str) -> list[str]:
+    """Entries of LAYERS that match no file: a folder that moved or is gone."""
+    files = cpp_files(root)
+    return [prefix for _, prefixes in LAYERS for prefix in prefixes
+            if not any(_matches(path, prefix) for path in files)]
+
+
 def check_cpp(root: str, explain: bool) -> list[str]:
-    problems = []
+    problems = [f"c++: LAYERS entry {prefix} matches no file (moved? edit the table in "
+                f"scripts/check_layers.py)" for prefix in stale_layer_entries(root)]
     for path in cpp_files(root):
         if is_test(path):
             continue

@@ -127,6 +127,17 @@ def check_collectives(comm, rank, size):
     return checked
 
 
+def timed_error(call):
+    """(the error ``call()`` raised as "Type: message", or None; seconds until it returned or raised)."""
+    t0 = time.monotonic()
+    try:
+        call()
+        error = None
+    except Exception as e:  # noqa: BLE001 -- reported to the test
+        error = f"{type(e).__name__}: {e}"
+    return error, time.monotonic() - t0
+
+
 def main():
     scenario, rank, addresses = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
     arg = sys.argv[4] if len(sys.argv) > 4 else ""
@@ -145,13 +156,8 @@ def main():
             assert np.all(out == size * (size + 1) / 2)
         elif scenario == "mismatch":
             n = 5 if rank == size - 1 else 4
-            t0 = time.monotonic()
-            try:
-                comm.allreduce_numpy([np.ones(n, np.float32)], name="grads")
-                result["mismatch_error"] = None
-            except Exception as e:  # noqa: BLE001 -- reported to the test
-                result["mismatch_error"] = f"{type(e).__name__}: {e}"
-            result["mismatch_s"] = time.monotonic() - t0
+            result["mismatch_error"], result["mismatch_s"] = timed_error(
+                lambda: comm.allreduce_numpy([np.ones(n, np.float32)], name="grads"))
             out, = comm.allreduce_numpy([np.ones(4, np.float32)], name="after")
             result["after"] = out.tolist()
         elif scenario in ("die", "hang", "die_mid_ring"):
@@ -165,14 +171,8 @@ def main():
                     os._exit(0)
                 import threading
                 threading.Timer(0.5, lambda: os._exit(0)).start()
-            t0 = time.monotonic()
-            try:
-                for _ in range(10000):
-                    comm.allreduce_numpy([np.ones(1 << 20, np.float32)])
-                result["error"] = None
-            except Exception as e:  # noqa: BLE001
-                result["error"] = f"{type(e).__name__}: {e}"
-            result["error_after_s"] = time.monotonic() - t0
+            result["error"], result["error_after_s"] = timed_error(
+                lambda: [comm.allreduce_numpy([np.ones(1 << 20, np.float32)]) for _ in range(10000)])
         elif scenario == "late_peer":
             # Each rank in turn arrives long after the other's drive budget:
             # the request is left to the runtime thread, and still completes.
@@ -220,26 +220,16 @@ def main():
             if rank == victim:
                 os._exit(0)
             time.sleep(0.5)
-            t0 = time.monotonic()
-            try:
-                comm.allreduce_numpy([np.ones(8, np.float32)])
-                result["error"] = None
-            except Exception as e:  # noqa: BLE001
-                result["error"] = f"{type(e).__name__}: {e}"
-            result["error_after_s"] = time.monotonic() - t0
+            result["error"], result["error_after_s"] = timed_error(
+                lambda: comm.allreduce_numpy([np.ones(8, np.float32)]))
         elif scenario == "coordinator_never_submits":
             # Rank 0 never makes "orphan": the others get the coordinator's
             # timeout naming rank 0, and everyone goes on.
-            t0 = time.monotonic()
             if rank != 0:
-                try:
-                    comm.allreduce_numpy([np.ones(4, np.float32)], name="orphan")
-                    result["error"] = None
-                except Exception as e:  # noqa: BLE001
-                    result["error"] = f"{type(e).__name__}: {e}"
+                result["error"], result["error_after_s"] = timed_error(
+                    lambda: comm.allreduce_numpy([np.ones(4, np.float32)], name="orphan"))
             else:
                 time.sleep(timeout + 0.5)
-            result["error_after_s"] = time.monotonic() - t0
             out, = comm.allreduce_numpy([np.ones(4, np.float32)], name="after")
             result["after"] = out.tolist()
         elif scenario == "wrong_secret":

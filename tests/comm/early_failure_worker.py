@@ -4,7 +4,9 @@ fails before its rendezvous finished, as SCENARIO says.
 Usage: python early_failure_worker.py SCENARIO RANK ADDRESSES_JSON ARG
 
 Rank 0 prints "CONNECTING <time>" before its rendezvous and "ERROR <json:
-message, time>" (exit 3) when it fails. Rank 1 prints "FAILING <time>" just before it fails.
+message, time>" (exit 3) when it fails. Rank 1 prints "FAILING <time>" just before it fails,
+and "ARMED <bool>" where the scenario resolved the cluster: resolving has no side
+effects, the early-failure hook is armed only by the Communicator (the strategy).
 """
 
 import json
@@ -17,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from tfx_dist import cluster  # noqa: E402
-from tfx_dist.comm import Communicator, RendezvousError  # noqa: E402
+from tfx_dist.comm import Communicator, RendezvousError, early_failure  # noqa: E402
 
 
 def _tf_config(addresses, rank):
@@ -38,6 +40,7 @@ def rank_1(scenario, addresses):
     os.environ["TF_CONFIG"] = _tf_config(addresses, 1)
     if scenario == "script_raises":  # a bug after the cluster was resolved, before the strategy
         info = cluster.resolve()
+        print("ARMED", early_failure.is_armed(), flush=True)  # resolve() arms nothing
         print("FAILING", time.time(), flush=True)
         raise FileNotFoundError(f"rank {info.rank}: no such file: /data/train-*.tfrecord")
     if scenario == "bad_setting":  # a setting only this rank has wrong

@@ -1,8 +1,13 @@
-"""Without a launcher, a rank that fails before its rendezvous finished
-stops rank 0 at once: real processes on loopback
-(early_failure_worker.py), TFX_TIMEOUT_S=60 so that waiting it out would
-fail the test. A SIGKILLed rank cannot tell anyone: rank 0 learns it at the
-timeout, and the last case records that."""
+"""Without a launcher, a rank that fails while its Communicator is being built
+(between arming the early-failure hook and finishing its rendezvous) stops
+rank 0 at once: real processes on loopback (early_failure_worker.py),
+TFX_TIMEOUT_S=60 so that waiting it out would fail the test.
+
+Resolving the cluster has no side effects: the hook is armed by whoever
+creates the Communicator (the strategy), not by ``tfx_dist.cluster.resolve()``.
+So a script that raises after ``resolve()`` and before its strategy, like a
+SIGKILLed rank, tells nobody: rank 0 learns it at the timeout, and the last
+cases record that."""
 
 import json
 
@@ -32,21 +37,30 @@ def _run(scenario, timeout_s):
 
 
 @pytest.mark.reliability
-@pytest.mark.parametrize("scenario,expected", [
-    ("script_raises", "FileNotFoundError: rank 1: no such file: /data/train-*.tfrecord"),
-    ("bad_setting", "TFX_COMM_FUSION_BYTES"),
-], ids=["script_raises", "bad_setting"])
-def test_a_rank_whose_script_raises_before_connecting_stops_rank_0_at_once(scenario, expected, reliability):
-    message, detected, _, rank_1 = _run(scenario, 60)
+def test_a_rank_whose_communicator_fails_before_connecting_stops_rank_0_at_once(reliability):
+    message, detected, _, rank_1 = _run("bad_setting", 60)
     assert rank_1.returncode == 1, rank_1.stderr[-3000:]  # the exception still ends rank 1 as usual
     assert "Traceback" in rank_1.stderr, rank_1.stderr[-3000:]
-    assert "rank 1 failed before it could connect" in message and expected in message, message
+    assert "rank 1 failed before it could connect" in message, message
+    assert "TFX_COMM_FUSION_BYTES" in message, message
     assert detected < 5, f"rank 0 failed {detected:.1f} s after rank 1 (TFX_TIMEOUT_S is 60 s)"
-    what = ("its script raises after the cluster was resolved" if scenario == "script_raises"
-            else "a setting only it has is invalid (TFX_COMM_FUSION_BYTES=-5)")
-    reliability(f"fault: without the launcher, rank 1 fails before connecting: {what}",
+    reliability("fault: without the launcher, rank 1 fails before connecting: a setting only it has "
+                "is invalid (TFX_COMM_FUSION_BYTES=-5)",
                 f"it tells rank 0 (authenticated ABORT), which fails at once: {message[:160]}",
                 round(max(detected, 0.0), 3), "the job (as it must)")
+
+
+@pytest.mark.reliability
+def test_a_script_raising_before_its_strategy_is_seen_at_the_timeout(reliability):
+    message, detected, waited, rank_1 = _run("script_raises", 4)
+    assert "ARMED False" in rank_1.stdout, rank_1.stdout  # resolve() armed nothing
+    assert rank_1.returncode == 1 and "FileNotFoundError" in rank_1.stderr, rank_1.stderr[-3000:]
+    assert "timed out waiting for rank(s) [1]" in message, message
+    assert waited > 3.5, f"rank 0 gave up after {waited:.1f} s of its 4 s"
+    reliability("fault: without the launcher, rank 1's script raises after resolve(), before its "
+                "strategy (TFX_TIMEOUT_S=4)",
+                f"no communicator armed the hook: rank 0 fails at the timeout naming the rank: "
+                f"{message[:120]}", round(detected, 3), "the job, after TFX_TIMEOUT_S")
 
 
 @pytest.mark.reliability

@@ -198,6 +198,18 @@ def run_through_relay(attack: str, protection: str, timeout: float = 60, **where
     return results, relay.attacked_at
 
 
+def both_ranks_fail_naming_the_peer(attack: str, results, attacked_at) -> tuple[str, float]:
+    """Asserts that both ranks of a relayed job failed, each naming the other, within 5 s of the
+    attack; returns rank 0's message and the seconds until the later rank failed."""
+    assert attacked_at is not None, "the relay never attacked"
+    for rank, (kind, body) in enumerate(results):
+        assert kind == "ERROR", f"rank {rank} returned a result despite the {attack}: {body}"
+        assert f"rank {1 - rank}" in body["message"], (rank, body)
+    detected = max(body["time"] for _, body in results) - attacked_at
+    assert detected < 5, f"detected after {detected:.1f} s"
+    return results[0][1]["message"], detected
+
+
 @pytest.mark.reliability
 def test_without_protection_a_flipped_bit_gives_a_wrong_sum(reliability):
     results, attacked_at = run_through_relay("flip", "none")
@@ -224,16 +236,8 @@ def test_relay_that_only_passes_bytes_changes_nothing(protection):
                                                ("drop", "integrity"), ("reorder", "integrity"),
                                                ("replay", "encrypt")])
 def test_tampering_is_an_error_naming_the_peer(attack, protection, reliability):
-    results, attacked_at = run_through_relay(attack, protection)
-    assert attacked_at is not None, "the relay never attacked"
-    for rank, (kind, body) in enumerate(results):
-        peer = 1 - rank
-        assert kind == "ERROR", f"rank {rank} returned a result despite the {attack}: {body}"
-        assert f"rank {peer}" in body["message"], (rank, body)
-    victim = results[0][1]["message"]
+    victim, detected = both_ranks_fail_naming_the_peer(attack, *run_through_relay(attack, protection))
     assert "integrity check" in victim or "tampered" in victim, victim
-    detected = max(body["time"] for _, body in results) - attacked_at
-    assert detected < 5, f"detected after {detected:.1f} s"
     reliability(f"attack: a relay between 2 ranks {attack}s a frame of the all-reduce "
                 f"(TFX_WIRE_PROTECTION={protection})",
                 f"both ranks fail naming the peer; rank 0: {victim[:120]}",

@@ -1,24 +1,15 @@
 """examples/train_recommender.py, small sizes, run the way users run it: under tfx-dist-run."""
 
 import ast
-import os
 import re
-import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from workers import run_example
 
 
 def test_recommender_learns_with_sharded_and_replicated_tables():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfx_dist.run", "-n", "2", "--timeout", "240", "--",
-         sys.executable, os.path.join(REPO, "examples", "train_recommender.py"),
-         "--user-rows", "20000", "--item-rows", "5000", "--tag-rows", "2000",
-         "--examples", "20000", "--epochs", "3", "--shard-min-bytes", "100000"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_example("train_recommender.py", "--user-rows", "20000", "--item-rows", "5000",
+                       "--tag-rows", "2000", "--examples", "20000", "--epochs", "3",
+                       "--shard-min-bytes", "100000")
     tables = re.search(r"\[0\] tables: (\{.*\})", proc.stdout)
     assert tables, proc.stdout[-3000:]
     kinds = ast.literal_eval(tables.group(1))

@@ -42,6 +42,19 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def run_example(script: str, *args: str, num_workers: int = 2) -> subprocess.CompletedProcess:
+    """Runs ``examples/<script>`` the way users run it, under ``tfx-dist-run -n num_workers``;
+    asserts it exits 0 and returns the finished process (its output as text)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfx_dist.run", "-n", str(num_workers), "--timeout", "240", "--",
+         sys.executable, os.path.join(REPO_ROOT, "examples", script), *args],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def mpirun_missing() -> str | None:
     """Why tests that start ``mpirun`` without TF_CONFIG cannot run here, or None if they can."""
     import shutil

@@ -15,7 +15,8 @@ from tfx_dist.cluster.info import (ALLREDUCE_TASK_TYPES, EXPECTED_TF_CONFIG, TAS
                                    make_tf_config, split_address)
 from tfx_dist.cluster.launcher_env import (expand_hostlist, from_horovod_env, from_mpi_env,
                                            from_slurm_env)
-from tfx_dist.cluster.resolution import from_cluster_resolver, resolve
+from tfx_dist.cluster.resolution import resolve
+from tfx_dist.cluster.tf_resolver import from_cluster_resolver
 from tfx_dist.cluster.tf_config import parse_tf_config
 
 __all__ = [

@@ -6,49 +6,10 @@ import json
 import os
 from typing import Mapping, Optional
 
-from tfx_dist.cluster.info import ClusterConfigError, ClusterInfo, Source, from_cluster, single_process
+from tfx_dist.cluster.info import ClusterInfo, Source, single_process
 from tfx_dist.cluster.launcher_env import from_horovod_env, from_mpi_env, from_slurm_env
 from tfx_dist.cluster.tf_config import parse_tf_config
-
-
-def from_cluster_resolver(cluster_resolver) -> ClusterInfo:
-    """Reads any ``tf.distribute.cluster_resolver.ClusterResolver``.
-
-    For example TensorFlow's ``TFConfigClusterResolver``, ``SlurmClusterResolver``
-    or ``SimpleClusterResolver``: its ``cluster_spec()``, ``task_type``,
-    ``task_id`` and ``rpc_layer`` are checked with the same rules as TF_CONFIG.
-
-    Raises:
-      TypeError: ``cluster_resolver`` has no ``cluster_spec()``.
-      ClusterConfigError: the resolver's cluster or task is invalid, or it
-        names no task (``task_type`` None).
-    """
-    if not callable(getattr(cluster_resolver, "cluster_spec", None)):
-        raise TypeError("Expected `cluster_resolver` to be a tf.distribute.cluster_resolver."
-                        f"ClusterResolver. Received: cluster_resolver={cluster_resolver!r} "
-                        f"(of type {type(cluster_resolver).__name__})")
-    name = type(cluster_resolver).__name__
-    spec = cluster_resolver.cluster_spec()  # SlurmClusterResolver sets task_type/task_id here
-    cluster = spec.as_dict() if hasattr(spec, "as_dict") else spec
-    cluster = {job: _dense(job, tasks, name) for job, tasks in dict(cluster).items()}
-    task_type, task_id = cluster_resolver.task_type, cluster_resolver.task_id
-    if task_type is None or task_id is None:
-        raise ClusterConfigError(
-            f"{name}: task_type={task_type!r}, task_id={task_id!r}: the resolver does not say "
-            "which task this process is; construct it with task_type= and task_id=")
-    return from_cluster(cluster, task_type, task_id, source=Source.CLUSTER_RESOLVER,
-                        where=f"{name}.cluster_spec()",
-                        rpc_layer=getattr(cluster_resolver, "rpc_layer", None) or None)
-
-
-def _dense(job: str, tasks, name: str):
-    """ClusterSpec.as_dict() gives {index: address} for sparse jobs; accept it when dense."""
-    if isinstance(tasks, Mapping):
-        if sorted(tasks) != list(range(len(tasks))):
-            raise ClusterConfigError(f"{name}.cluster_spec(): job {job!r} has task indices "
-                                     f"{sorted(tasks)}; tfx_dist needs indices 0..n-1")
-        return [tasks[i] for i in range(len(tasks))]
-    return tasks
+from tfx_dist.cluster.tf_resolver import from_cluster_resolver
 
 
 def resolve(cluster_resolver=None, environ: Optional[Mapping[str, str]] = None) -> ClusterInfo:
@@ -91,30 +52,17 @@ def resolve(cluster_resolver=None, environ: Optional[Mapping[str, str]] = None) 
         message names the field, what arrived and the expected shape.
     """
     if cluster_resolver is not None:
-        return _armed(from_cluster_resolver(cluster_resolver))
+        return from_cluster_resolver(cluster_resolver)
     own_environment = environ is None
     environ = os.environ if environ is None else environ
     text = environ.get("TF_CONFIG", "").strip()
     if text and not _is_empty_json_object(text):
-        return _armed(parse_tf_config(text)) if own_environment else parse_tf_config(text)
+        return parse_tf_config(text)
     for reader in (from_horovod_env, from_mpi_env, from_slurm_env):
         info = reader(environ)
         if info is not None:
-            return _armed(_with_addresses(info, environ)) if own_environment else info
+            return _with_addresses(info, environ) if own_environment else info
     return single_process()
-
-
-def _armed(info: ClusterInfo) -> ClusterInfo:
-    """This process's own place in a multi-worker job: from now until its
-    rendezvous finishes, an exception that ends the script tells rank 0
-    (``tfx_dist.comm.early_failure``). Not for parameter-server jobs, whose
-    workers meet the servers, not rank 0's rendezvous."""
-    if info.in_allreduce_group and info.is_distributed and info.worker_addresses and not info.ps_addresses:
-        from tfx_dist.comm import early_failure  # late: tfx_dist.comm imports this package
-
-        early_failure.arm(info.rank, info.num_workers, info.worker_addresses,
-                          os.environ.get("TFX_JOB_SECRET"))
-    return info
 
 
 def _with_addresses(info: ClusterInfo, environ: Mapping[str, str]) -> ClusterInfo:

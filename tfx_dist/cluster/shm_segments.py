@@ -1,4 +1,4 @@
-"""Removes shared-memory segments whose creator died (issue 19, defect 4).
+"""Removes shared-memory segments whose creator died: a killed process would leave them in /dev/shm.
 
 The C++ transport (``custom_ops/comm/core/transport/shm_pair.cc``) creates
 ``/dev/shm/tfx_comm_<pid>_<random>`` and unlinks it once the peer has mapped
@@ -30,7 +30,8 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_dead_segments(shm_dir: str = SHM_DIR) -> list[str]:
-    """Unlinks this user's ``tfx_comm_*`` segments (and rendezvous probes) whose creating process is gone; returns their names."""
+    """Unlinks this user's ``tfx_comm_*`` segments (and rendezvous probes) whose creating
+    process is gone; returns their names."""
     removed = []
     try:
         names = os.listdir(shm_dir)

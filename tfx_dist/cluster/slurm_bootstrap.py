@@ -19,6 +19,7 @@ import dataclasses
 
 from tfx_dist.cluster.info import ClusterConfigError, ClusterInfo, Source
 from tfx_dist.cluster.launcher_env import expand_tasks_per_node
+from tfx_dist.cluster.tf_resolver import from_cluster_resolver
 
 
 def slurm_port_base(environ) -> int:
@@ -38,8 +39,6 @@ def complete_slurm(info: ClusterInfo, environ) -> ClusterInfo:
     import tensorflow as tf  # only here: heavy
 
     SlurmClusterResolver = tf.distribute.cluster_resolver.SlurmClusterResolver
-
-    from tfx_dist.cluster.resolution import from_cluster_resolver
 
     # The resolver lists at most gpus_per_node / gpus_per_task tasks per node
     # (it zips the tasks with GPU slots), even with auto_set_gpu=False: give

@@ -1,11 +1,10 @@
-"""A rank that fails before its rendezvous finished tells rank 0 (issue 19).
+"""A rank that fails before its rendezvous finished tells rank 0.
 
 Without a launcher, rank 0 only learns that a peer will never connect when
-``TFX_TIMEOUT_S`` (300 s by default) runs out. Once this process knows where
-it sits in the job (``tfx_dist.cluster.resolve`` of a multi-worker job, or a
-``Communicator`` being built) and holds the job secret, it *arms*: an
-exception that reaches the top of the script (``sys.excepthook``: a bug in
-the script, a bad setting, Ctrl-C) before this process finished a
+``TFX_TIMEOUT_S`` (300 s by default) runs out. When a ``Communicator`` is
+built (by the strategy) for a multi-worker job and this process holds the
+job secret, it *arms*: an exception that reaches the top of the script
+(``sys.excepthook``: a bad setting, Ctrl-C) before this process finished its
 rendezvous then tells rank 0 over the rendezvous's authenticated ABORT
 channel (``rendezvous.tell_rank_0``), and rank 0 fails at once naming this
 rank and the exception.
@@ -13,7 +12,8 @@ rank and the exception.
 Not covered, and still seen by rank 0 only at ``TFX_TIMEOUT_S``: a process
 killed by a signal (SIGKILL, the OOM killer) or one that calls ``os._exit``
 or ``sys.exit`` (no exception reaches the hook), an exception the script
-catches itself, and any failure before the cluster was resolved.
+catches itself, and any failure before the Communicator is built (resolving
+the cluster has no side effects, so it arms nothing).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ctrl-C while a collective waits (issue 19, defect 5).
+"""Ctrl-C while a collective waits stops it at once, not after ``TFX_TIMEOUT_S``.
 
 A process blocked in a collective is inside C++ (the numpy path in ctypes,
 the TF ops in TensorFlow's executor), where Python's SIGINT handler only sets

@@ -35,6 +35,24 @@ void PutSelectedRows(const float* rows, int64_t dim, const std::vector<int64_t>&
   for (size_t k = 0; k < positions.size(); ++k) std::memcpy(dst + k * row_bytes, rows + positions[k] * dim, row_bytes);
 }
 
+// One payload per server that holds some of the ids (empty for the others):
+// the table and step every request about rows starts with, then what
+// fill(s, &w) writes for server s.
+template <typename Fill>
+std::vector<std::string> PayloadPerServer(int64_t table_id, int64_t step,
+                                          const std::vector<std::vector<int64_t>>& positions, Fill fill) {
+  std::vector<std::string> payloads(positions.size());
+  for (size_t s = 0; s < positions.size(); ++s) {
+    if (positions[s].empty()) continue;
+    Writer w;
+    w.Put(table_id);
+    w.Put(step);
+    fill(s, &w);
+    payloads[s] = std::move(w.bytes());
+  }
+  return payloads;
+}
+
 void* IntoVector(void* arg, int64_t len) {
   auto* v = static_cast<std::vector<char>*>(arg);
   v->resize(static_cast<size_t>(len));
@@ -119,15 +137,9 @@ Status PsClient::Lookup(int64_t table_id, const int64_t* ids, int64_t n, float* 
   TableInfo info;
   std::vector<std::vector<int64_t>> positions;
   TFX_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
-  std::vector<std::string> payloads(num_servers_);
-  for (int s = 0; s < num_servers_; ++s) {
-    if (positions[s].empty()) continue;
-    Writer w;
-    w.Put(table_id);
-    w.Put(steps_.load());
-    PutSelected(ids, positions[s], &w);
-    payloads[s] = std::move(w.bytes());
-  }
+  const std::vector<std::string> payloads =
+      PayloadPerServer(table_id, steps_.load(), positions,
+                       [&](size_t s, Writer* w) { PutSelected(ids, positions[s], w); });
   // Each server's rows are received straight into their places in out (the
   // service checks that each reply holds exactly the rows asked for).
   const RowsInto rows{reinterpret_cast<char*>(out), &positions, static_cast<size_t>(info.dim) * sizeof(float)};
@@ -138,18 +150,13 @@ Status PsClient::Push(int64_t table_id, const int64_t* ids, int64_t n, const flo
   TableInfo info;
   std::vector<std::vector<int64_t>> positions;
   TFX_RETURN_IF_ERROR(Route(table_id, ids, n, &info, &positions));
-  std::vector<std::string> payloads(num_servers_);
-  for (int s = 0; s < num_servers_; ++s) {
-    if (positions[s].empty()) continue;
-    Writer w;
-    w.Put(table_id);
-    w.Put(steps_.load());
-    w.Put(learning_rate);
-    w.Put(0.0f);
-    PutSelected(ids, positions[s], &w);
-    PutSelectedRows(grads, info.dim, positions[s], &w);
-    payloads[s] = std::move(w.bytes());
-  }
+  const std::vector<std::string> payloads = PayloadPerServer(table_id, steps_.load(), positions,
+                                                             [&](size_t s, Writer* w) {
+    w->Put(learning_rate);
+    w->Put(0.0f);  // padding (protocol.h)
+    PutSelected(ids, positions[s], w);
+    PutSelectedRows(grads, info.dim, positions[s], w);
+  });
   TFX_RETURN_IF_ERROR(CallAll(kPush, payloads));
   pushed_.store(true);
   return Status::Ok();

@@ -14,6 +14,21 @@ static absl::Status SameShapes(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// Output 0 is input 0 with its first dimension unknown: the row counts of the
+// other processes (all-gather, all-to-all, reduce-scatter).
+static absl::Status FirstDimUnknown(InferenceContext* c) {
+  ShapeHandle in = c->input(0);
+  if (!c->RankKnown(in)) {
+    c->set_output(0, c->UnknownShape());
+    return absl::OkStatus();
+  }
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
+  ShapeHandle out;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
 REGISTER_OP("TfxAllReduce")
     .Input("tensors: T")
     .Output("reduced: T")
@@ -38,18 +53,7 @@ REGISTER_OP("TfxAllGather")
     .Attr("communicator_id: int")
     .Attr("names: list(string)")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle in = c->input(0);
-      if (!c->RankKnown(in)) {
-        c->set_output(0, c->UnknownShape());
-        return absl::OkStatus();
-      }
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
-    })
+    .SetShapeFn(FirstDimUnknown)
     .Doc(R"doc(
 Concatenates every process's tensor on dimension 0 (the first dimension may
 differ between processes, the others may not).
@@ -82,16 +86,7 @@ REGISTER_OP("TfxAllToAll")
       ShapeHandle splits;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &splits));
       c->set_output(1, c->Vector(c->UnknownDim()));
-      ShapeHandle in = c->input(0);
-      if (!c->RankKnown(in)) {
-        c->set_output(0, c->UnknownShape());
-        return absl::OkStatus();
-      }
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
+      return FirstDimUnknown(c);
     })
     .Doc(R"doc(
 All-to-all with splits: rows [off_j, off_j + splits[j]) of `tensor` go to
@@ -107,18 +102,7 @@ REGISTER_OP("TfxReduceScatter")
     .Attr("reduction: {'sum', 'mean', 'min', 'max'} = 'sum'")
     .Attr("names: list(string)")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle in = c->input(0);
-      if (!c->RankKnown(in)) {
-        c->set_output(0, c->UnknownShape());
-        return absl::OkStatus();
-      }
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
-      return absl::OkStatus();
-    })
+    .SetShapeFn(FirstDimUnknown)
     .Doc(R"doc(
 Reduce-scatter: process r receives the reduction of block r of dimension 0
 (the first dim0 % size processes one row more, as Horovod's reducescatter).

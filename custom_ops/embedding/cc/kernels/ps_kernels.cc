@@ -4,6 +4,7 @@
 #include <string>
 
 #include "custom_ops/common/tf_status.h"
+#include "custom_ops/embedding/cc/kernels/embedding_inputs.h"
 #include "custom_ops/embedding/server/ps_c_api.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -39,8 +40,7 @@ class TfxPsLookupOp : public PsKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& ids = ctx->input(kIdsInput);
-    OP_REQUIRES(ctx, ids.dims() == 1,
-                absl::InvalidArgumentError(type_string() + " wants 1-D ids; got shape " + ids.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckIds(type_string(), ids));
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({ids.dim_size(0), dim_}), &rows));
     char err[2048];
@@ -63,9 +63,7 @@ class TfxPsPushOp : public PsKernel {
     const Tensor& ids = ctx->input(0);
     const Tensor& grads = ctx->input(1);
     const Tensor& lr = ctx->input(2);
-    OP_REQUIRES(ctx, ids.dims() == 1 && grads.dims() == 2 && grads.dim_size(0) == ids.dim_size(0),
-                absl::InvalidArgumentError("TfxPsPush wants ids [n] and gradients [n, dim]; got " +
-                                           ids.shape().DebugString() + " and " + grads.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckIdsAndGradients("TfxPsPush", ids, grads));
     OP_REQUIRES(ctx, lr.NumElements() == 1, absl::InvalidArgumentError("TfxPsPush wants a scalar learning rate"));
     char err[2048] = {0};
     const int32_t rc = tfx_ps_push(client_, table_, ids.flat<int64_t>().data(), ids.dim_size(0),

@@ -1,6 +1,7 @@
 // TF kernels over an in-process table shard of libtfx_embedding (c_api.h).
 // They run on the CPU and wait for nothing but the shard's own locks.
 #include "custom_ops/common/tf_status.h"
+#include "custom_ops/embedding/cc/kernels/embedding_inputs.h"
 #include "custom_ops/embedding/core/c_api.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -22,7 +23,7 @@ class TfxStoreLookupOp : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& ids = ctx->input(0);
-    OP_REQUIRES(ctx, ids.dims() == 1, absl::InvalidArgumentError("TfxStoreLookup wants 1-D ids"));
+    OP_REQUIRES_OK(ctx, CheckIds("TfxStoreLookup", ids));
     Tensor* rows = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({ids.dim_size(0), dim_}), &rows));
     char err[2048] = {0};
@@ -45,9 +46,7 @@ class TfxStoreApplyOp : public OpKernel {
     const Tensor& grads = ctx->input(1);
     const Tensor& lr = ctx->input(2);
     const Tensor& step = ctx->input(3);
-    OP_REQUIRES(ctx, ids.dims() == 1 && grads.dims() == 2 && grads.dim_size(0) == ids.dim_size(0),
-                absl::InvalidArgumentError("TfxStoreApply wants ids [n] and gradients [n, dim]; got " +
-                                           ids.shape().DebugString() + " and " + grads.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckIdsAndGradients("TfxStoreApply", ids, grads));
     OP_REQUIRES(ctx, lr.NumElements() == 1 && step.NumElements() == 1,
                 absl::InvalidArgumentError("TfxStoreApply wants a scalar learning rate and step"));
     char err[2048] = {0};
