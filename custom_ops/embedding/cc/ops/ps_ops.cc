@@ -29,7 +29,7 @@ REGISTER_OP("TfxPsLookup")
 
 // The same lookup taking the table's anchor variable as its first input, so
 // that the op alone is differentiable: its registered gradient (Python,
-// remote_table.py) gives the anchor the rows' gradient as IndexedSlices over
+// tables/on_servers.py) gives the anchor the rows' gradient as IndexedSlices over
 // ids, as ResourceGather does for a variable. No ReadVariableOp, identity or
 // tf.custom_gradient around it (each costs a call: see docs/parameter_server.md).
 REGISTER_OP("TfxPsTableLookup")
