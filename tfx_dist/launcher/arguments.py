@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import List, Optional, Sequence, Tuple
 
 from tfx_dist.launcher.status import LAUNCHER
@@ -18,9 +19,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  tfx-dist-run -n 2 python train.py --epochs 3\n"
                "  python -m tfx_dist.run -n 4 --timeout 900 -- python train.py\n\n"
+               "  tfx-dist-run -n 3 --max-restarts 2 --checkpoint-dir /shared/ckpt python train.py\n\n"
                "exit status: 0 if all workers succeed; the failing rank's exit code (128+N "
-               "if killed by signal N); 124 on --timeout; 128+N if the launcher got signal N; "
-               "2 for bad arguments or when the job cannot start.",
+               "if killed by signal N) once no restart is left; 124 on --timeout; 75 "
+               "(preempted) if the launcher got a signal and every worker saved and exited 75; "
+               "else 128+N if the launcher got signal N; 2 for bad arguments or when the job "
+               "cannot start.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--num-workers", type=int, required=True, metavar="N",
                         help="number of worker processes (ranks 0..N-1; rank 0 is the chief)")
@@ -44,6 +48,23 @@ def _parser() -> argparse.ArgumentParser:
                              "CPUs, whole physical cores where there are enough, like mpirun's "
                              "--bind-to core (skipped when there are more workers than CPUs); "
                              "none: workers float over all CPUs (default: %(default)s)")
+    parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                        help="when a worker fails or is preempted (exits 75), stop the others and "
+                             "start the whole job again, at most K times from the same checkpoint "
+                             "step: a run after which the step in --checkpoint-dir's LATEST.json "
+                             "advanced starts the count again (without --checkpoint-dir, K restarts "
+                             "in all). Workers see TFX_RESTART_COUNT=0, 1, ... (default: %(default)s)")
+    parser.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                        help="the job's checkpoint directory: passed to the workers as "
+                             "TFX_CHECKPOINT_DIR; its LATEST.json tells the launcher the step a "
+                             "restart resumes from")
+    parser.add_argument("--min-workers", type=int, default=None, metavar="M",
+                        help="with --max-restarts: when one worker slot keeps failing (see "
+                             "--slot-failures), continue without it, down to M workers "
+                             "(default: -n, never fewer workers)")
+    parser.add_argument("--slot-failures", type=int, default=2, metavar="F",
+                        help="with --min-workers: a slot whose worker failed first in F runs in a "
+                             "row is dropped (default: %(default)s)")
     parser.add_argument("--all-progress", action="store_true",
                         help="show Keras progress bars of every rank (default: rank 0 only)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
@@ -66,4 +87,17 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Name
         parser.error(f"--timeout must be positive, received {args.timeout}")
     if args.ps < 0:
         parser.error(f"--ps must be at least 0, received {args.ps}")
+    if args.max_restarts < 0:
+        parser.error(f"--max-restarts must be at least 0, received {args.max_restarts}")
+    if args.min_workers is None:
+        args.min_workers = args.num_workers
+    if not 1 <= args.min_workers <= args.num_workers:
+        parser.error(f"--min-workers must be in 1..{args.num_workers} (-n), received {args.min_workers}")
+    if args.min_workers < args.num_workers and args.max_restarts < 1:
+        parser.error("--min-workers below -n needs --max-restarts 1 or more: going on with fewer "
+                     "workers is a restart")
+    if args.slot_failures < 1:
+        parser.error(f"--slot-failures must be at least 1, received {args.slot_failures}")
+    if args.checkpoint_dir:
+        args.checkpoint_dir = os.path.abspath(args.checkpoint_dir)
     return args, command
