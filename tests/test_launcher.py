@@ -453,64 +453,8 @@ def test_a_rank_failing_before_it_connects_stops_the_job_at_once(tmp_path, relia
 
 
 # --- Restarts (--max-restarts, --min-workers, --checkpoint-dir) --------------
-# A worker that pretends to train: one step every STEP_S seconds, rank 0 saves
-# the step in TFX_CHECKPOINT_DIR/LATEST.json (atomically, as the checkpoint
-# writer does) after each step and on SIGTERM, then exits 75 ("preempted").
-# CRASH="RUN:RANK:STEPS:HOW,...": in run RUN (TFX_RESTART_COUNT, * for any),
-# rank RANK crashes STEPS steps after its start: HOW is an exit code, "kill"
-# (SIGKILL itself) or "term" (SIGTERM itself: a preemption notice).
-# FAIL_RANK / FAIL_FROM_WORKERS: that rank exits 4 at once while the job has at
-# least that many workers (a slot that keeps failing). SAVE_UNTIL: no saves after.
-PROGRESS = """
-    TF_CONFIG = json.loads(os.environ["TF_CONFIG"])
-    N = len(TF_CONFIG["cluster"]["worker"])
-    RUN = int(os.environ["TFX_RESTART_COUNT"])
-    CKPT = os.environ["TFX_CHECKPOINT_DIR"]
-    env = os.environ.get
-
-    def save(step):
-        if RANK == 0 and step <= int(env("SAVE_UNTIL", "1000000")):
-            tmp = os.path.join(CKPT, "LATEST.json.tmp")
-            with open(tmp, "w") as f:
-                json.dump({"step": step, "num_workers": N}, f)
-            os.replace(tmp, os.path.join(CKPT, "LATEST.json"))
-
-    try:
-        with open(os.path.join(CKPT, "LATEST.json")) as f:
-            step = start = json.load(f)["step"]
-    except FileNotFoundError:
-        step = start = 0
-    notice = []
-    signal.signal(signal.SIGTERM, lambda *_: notice.append(1))
-    # All ranks read the checkpoint before rank 0 writes the next one.
-    open(os.path.join(CKPT, f"ready-{RUN}-{RANK}"), "w").close()
-    deadline = time.monotonic() + 30
-    while len([f for f in os.listdir(CKPT) if f.startswith(f"ready-{RUN}-")]) < N:
-        if notice or time.monotonic() > deadline:
-            sys.exit(75 if notice else 9)
-        time.sleep(0.01)
-    print("START " + json.dumps({"workers": N, "run": RUN, "step": start, "pid": os.getpid(),
-                                 "cluster": TF_CONFIG["cluster"]["worker"]}), flush=True)
-    if str(RANK) == env("FAIL_RANK") and N >= int(env("FAIL_FROM_WORKERS", "1")):
-        print(f"slot error of rank {RANK} in a job of {N}", file=sys.stderr)
-        sys.exit(4)
-    while step < int(env("STEPS", "8")):
-        if notice:
-            save(step)
-            sys.exit(75)
-        time.sleep(float(env("STEP_S", "0.05")))
-        step += 1
-        save(step)
-        for spec in filter(None, env("CRASH", "").split(",")):
-            run, rank, after, how = spec.split(":")
-            if run in ("*", str(RUN)) and int(rank) == RANK and step - start == int(after):
-                print(f"crashing at step {step}", file=sys.stderr, flush=True)
-                if how in ("kill", "term"):  # "term": saved and exit 75 at the next step
-                    os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGTERM)
-                else:
-                    sys.exit(int(how))
-    print("DONE " + json.dumps({"step": step}), flush=True)
-"""
+# The workers: tests/engines/progress_worker.py (what its variables do: there).
+PROGRESS = os.path.join(ROOT, "tests", "engines", "progress_worker.py")
 
 
 def progress_job(tmp_path, *args, ckpt_name="ckpt", **env_vars):
@@ -521,7 +465,7 @@ def progress_job(tmp_path, *args, ckpt_name="ckpt", **env_vars):
     for name in ("TFX_RESTART_COUNT", "SLURM_RESTART_COUNT"):
         env.pop(name, None)
     result, _ = launch("--checkpoint-dir", str(ckpt), *args, sys.executable,
-                       script(tmp_path, PROGRESS), env=env, timeout=90)
+                       PROGRESS, env=env, timeout=90)
     starts = [json.loads(line.split("START ", 1)[1]) for line in result.stdout.splitlines()
               if "] START " in line]
     return result, starts
@@ -622,7 +566,7 @@ def test_sigterm_to_the_launcher_ends_it_with_75_when_the_workers_saved(tmp_path
     env = dict(os.environ, STEPS="100000", STEP_S="0.02")
     env.pop("TFX_RESTART_COUNT", None)
     proc = subprocess.Popen([sys.executable, RUN_PY, "-n", "2", "--max-restarts", "3",
-                             "--checkpoint-dir", str(ckpt), sys.executable, script(tmp_path, PROGRESS)],
+                             "--checkpoint-dir", str(ckpt), sys.executable, PROGRESS],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         pids = [json.loads(proc.stdout.readline().split("START ", 1)[1])["pid"] for _ in range(2)]
