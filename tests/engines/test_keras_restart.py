@@ -3,7 +3,6 @@ tfx_dist.BackupAndRestore): rank 1 SIGKILLs itself mid-epoch in the first run; t
 rank 0, restarts the job with TFX_RESTART_COUNT=1, and the second run resumes at the epoch backed up
 and ends with the weights of an uninterrupted run."""
 
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from fit_job import REPO_ROOT
+from test_kill_resume import _report  # tests/multi_worker: the same worker script's report
 
 pytestmark = pytest.mark.reliability
 
@@ -26,13 +26,6 @@ def _launch(shared, *options, **env_vars):
     return subprocess.run([sys.executable, "-m", "tfx_dist.run", "-n", "2", "--timeout", "240", *options,
                            sys.executable, SCRIPT], capture_output=True, text=True, env=env,
                           cwd=REPO_ROOT, timeout=300)
-
-
-def _report(result):
-    lines = [line[len("[0] RESULT "):] for line in result.stdout.splitlines()
-             if line.startswith("[0] RESULT ")]
-    assert lines, f"rc {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return json.loads(lines[-1])
 
 
 def test_a_worker_killed_mid_epoch_is_restarted_and_the_fit_ends_as_if_uninterrupted(tmp_path, reliability):
