@@ -128,7 +128,7 @@ class RestartPolicy:
         if not self.checkpoint_dir:
             return "resuming from the job's own checkpoint, if any (no --checkpoint-dir)"
         if step is None:
-            return f"starting from the beginning (no {LATEST} in {self.checkpoint_dir} yet)"
+            return f"step unknown (no {LATEST} in {self.checkpoint_dir} yet)"
         return f"resuming from step {step} ({os.path.join(self.checkpoint_dir, LATEST)})"
 
     def _stop(self, reason: str) -> None:
