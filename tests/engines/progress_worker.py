@@ -5,7 +5,7 @@ TFX_CHECKPOINT_DIR/LATEST.json (atomically, as the checkpoint writer does)
 after each step and on SIGTERM, then every rank exits 75 ("preempted"). The
 ranks start together: each reads the checkpoint before rank 0 writes the next.
 Prints ``START {...}`` (the run, the step it resumed from, its cluster) and
-``DONE {...}``.
+``DONE {...}``. Its rank comes from TF_CONFIG, or under srun from SLURM_PROCID.
 
 CRASH="RUN:RANK:STEPS:HOW,...": in run RUN (TFX_RESTART_COUNT, * for any),
 rank RANK crashes STEPS steps after its start: HOW is an exit code, "kill"
@@ -20,7 +20,11 @@ import signal
 import sys
 import time
 
-TF_CONFIG = json.loads(os.environ["TF_CONFIG"])
+if "TF_CONFIG" in os.environ:
+    TF_CONFIG = json.loads(os.environ["TF_CONFIG"])
+else:  # a task of srun
+    TF_CONFIG = {"task": {"index": int(os.environ["SLURM_PROCID"])},
+                 "cluster": {"worker": [None] * int(os.environ["SLURM_NTASKS"])}}
 RANK = TF_CONFIG["task"]["index"]
 N = len(TF_CONFIG["cluster"]["worker"])
 RUN = int(os.environ["TFX_RESTART_COUNT"])

@@ -15,10 +15,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Start N local worker processes of one tfx_dist / tf.distribute job, each "
                     "with its own TF_CONFIG (worker:i on HOST with a free port) and a shared "
                     "fresh TFX_JOB_SECRET. Output lines carry the rank: '[0] ...'. If a worker "
-                    "fails, the others are stopped and its exit code is returned.",
+                    "fails, the others are stopped and its exit code is returned, or with "
+                    "--max-restarts the job starts again.",
         epilog="examples:\n"
                "  tfx-dist-run -n 2 python train.py --epochs 3\n"
-               "  python -m tfx_dist.run -n 4 --timeout 900 -- python train.py\n\n"
+               "  python -m tfx_dist.run -n 4 --timeout 900 -- python train.py\n"
                "  tfx-dist-run -n 3 --max-restarts 2 --checkpoint-dir /shared/ckpt python train.py\n\n"
                "exit status: 0 if all workers succeed; the failing rank's exit code (128+N "
                "if killed by signal N) once no restart is left; 124 on --timeout; 75 "
@@ -33,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
                              "'[ps0] ...'), for tfx_dist.ParameterServerStrategy; they run the "
                              "same command and exit once the workers are done")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="stop all workers and exit 124 after this many seconds")
+                        help="stop all workers and exit 124 after this many seconds (all runs "
+                             "of the job together, restarts included)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address the workers listen on and find each other at "
                              "(default: %(default)s)")

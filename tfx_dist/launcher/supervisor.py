@@ -98,5 +98,7 @@ def _stop_on_signal(job: Workers, grace_period: float, signum: int) -> Outcome:
         say(f"received {name}; all {n} worker(s) saved and exited {EXIT_PREEMPTED} (preempted): "
             f"exiting {EXIT_PREEMPTED} so that the job is restarted")
         return Outcome(EXIT_PREEMPTED, signum=signum)
-    say(f"received {name}; stopped all {n} worker(s)")
+    exits = ", ".join(f"{'rank' if label.isdigit() else 'task'} {label} {describe_exit(code)}"
+                      for label, code in zip(job.labels, codes) if code != 0)
+    say(f"received {name}; stopped all {n} worker(s)" + (f" ({exits})" if exits else ""))
     return Outcome(128 + signum, signum=signum)
