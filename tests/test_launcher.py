@@ -560,10 +560,11 @@ def test_a_preempted_worker_restarts_the_job_without_restarts_it_ends_it_with_75
     assert "rank 0 was preempted (exit code 75)" in result.stderr and not restart_lines(result)
 
 
-def test_sigterm_to_the_launcher_ends_it_with_75_when_the_workers_saved(tmp_path):
+@pytest.mark.parametrize("no_handler_rank,who", [("", "all 2"), ("1", "1 of 2")])
+def test_sigterm_to_the_launcher_ends_it_with_75_when_the_workers_saved(tmp_path, no_handler_rank, who):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    env = dict(os.environ, STEPS="100000", STEP_S="0.02")
+    env = dict(os.environ, STEPS="100000", STEP_S="0.02", NO_HANDLER_RANK=no_handler_rank)
     env.pop("TFX_RESTART_COUNT", None)
     proc = subprocess.Popen([sys.executable, RUN_PY, "-n", "2", "--max-restarts", "3",
                              "--checkpoint-dir", str(ckpt), sys.executable, PROGRESS],
@@ -577,7 +578,8 @@ def test_sigterm_to_the_launcher_ends_it_with_75_when_the_workers_saved(tmp_path
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 75, err
-    assert "received SIGTERM; all 2 worker(s) saved and exited 75 (preempted): exiting 75" in err
+    assert f"received SIGTERM; {who} worker(s) saved and exited 75 (preempted)" in err
+    assert ": exiting 75 so that the job is restarted" in err
     assert "restarting" not in err and "START" not in out  # no run after the notice
     assert json.loads((ckpt / "LATEST.json").read_text())["step"] > 0
     for pid in pids:

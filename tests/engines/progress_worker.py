@@ -12,7 +12,8 @@ rank RANK crashes STEPS steps after its start: HOW is an exit code, "kill"
 (SIGKILL itself) or "term" (SIGTERM itself: a preemption notice).
 FAIL_RANK / FAIL_FROM_WORKERS: that rank exits 4 at once while the job has at
 least that many workers (a slot that keeps failing). SAVE_UNTIL: no saves
-after that step. STEPS: where the job ends (default 8).
+after that step. STEPS: where the job ends (default 8). NO_HANDLER_RANK: that
+rank dies of SIGTERM (as a worker does that gets a second SIGTERM while exiting).
 """
 import json
 import os
@@ -46,7 +47,8 @@ try:
 except FileNotFoundError:
     step = start = 0
 notice = []
-signal.signal(signal.SIGTERM, lambda *_: notice.append(1))
+if str(RANK) != env("NO_HANDLER_RANK"):
+    signal.signal(signal.SIGTERM, lambda *_: notice.append(1))
 # All ranks read the checkpoint before rank 0 writes the next one.
 open(os.path.join(CKPT, f"ready-{RUN}-{RANK}"), "w").close()
 deadline = time.monotonic() + 30

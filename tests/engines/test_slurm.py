@@ -9,6 +9,7 @@ skip with the reason where Slurm is missing or does not come up.
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -188,6 +189,8 @@ def test_requeued_batch_jobs_resume_with_the_restart_count(slurm, tmp_path):
                   lambda: _job_field(env, job, "JobState") == "COMPLETED", 90, env, job)
         assert _job_field(env, job, "Restarts") == "1"
     first = _check_resumed(launcher_out, 60)
-    assert "received SIGTERM; all 2 worker(s) saved and exited 75 (preempted): exiting 75" in first
+    # Slurm's SIGTERM and the launcher's may both reach a worker: the second can kill it as it exits.
+    assert re.search(r"received SIGTERM; (all 2|1 of 2) worker\(s\) saved and exited 75 \(preempted\)"
+                     r"( \(the others exited 0 or died of SIGTERM\))?: exiting 75", first), first
     first = _check_resumed(srun_out, 60)
     assert "SRUN EXIT 75" in first

@@ -88,14 +88,24 @@ def _let_peers_finish(job: Workers, grace_period: float, received: List[int]) ->
 
 
 def _stop_on_signal(job: Workers, grace_period: float, signum: int) -> Outcome:
-    """Passes the launcher's signal on as SIGTERM; "preempted" if every worker saved and said so."""
+    """Passes the launcher's signal on as SIGTERM; "preempted" when the workers saved and said so.
+
+    An engine may send its SIGTERM to every process of the job as well (Slurm
+    does): a worker then gets two, and one that arrives while a worker that
+    saved is already exiting kills it (Python restores the default handlers as
+    it shuts down). So a worker that died of SIGTERM does not spoil "preempted"
+    when others exited 75: a worker exits 75 only once the job's state is saved.
+    """
     n = len(job.procs)
     job.stop(grace_period)
     job.join_output()
     codes = [p.returncode for p in job.procs]
     name = signal.Signals(signum).name
-    if EXIT_PREEMPTED in codes and all(code in (0, EXIT_PREEMPTED) for code in codes):
-        say(f"received {name}; all {n} worker(s) saved and exited {EXIT_PREEMPTED} (preempted): "
+    saved = codes.count(EXIT_PREEMPTED)
+    if saved and all(code in (0, EXIT_PREEMPTED, -signal.SIGTERM) for code in codes):
+        who = f"all {n}" if saved == n else f"{saved} of {n}"
+        others = "" if saved == n else " (the others exited 0 or died of SIGTERM)"
+        say(f"received {name}; {who} worker(s) saved and exited {EXIT_PREEMPTED} (preempted){others}: "
             f"exiting {EXIT_PREEMPTED} so that the job is restarted")
         return Outcome(EXIT_PREEMPTED, signum=signum)
     exits = ", ".join(f"{'rank' if label.isdigit() else 'task'} {label} {describe_exit(code)}"
