@@ -5,7 +5,7 @@ TFX_CHECKPOINT_DIR/LATEST.json (atomically, as the checkpoint writer does)
 after each step and on SIGTERM, then every rank exits 75 ("preempted"). The
 ranks start together: each reads the checkpoint before rank 0 writes the next.
 Prints ``START {...}`` (the run, the step it resumed from, its cluster) and
-``DONE {...}``. Its rank comes from TF_CONFIG, or under srun from SLURM_PROCID.
+``DONE {...}``. Its rank comes from TF_CONFIG, or from srun's or mpirun's variables.
 
 CRASH="RUN:RANK:STEPS:HOW,...": in run RUN (TFX_RESTART_COUNT, * for any),
 rank RANK crashes STEPS steps after its start: HOW is an exit code, "kill"
@@ -23,9 +23,11 @@ import time
 
 if "TF_CONFIG" in os.environ:
     TF_CONFIG = json.loads(os.environ["TF_CONFIG"])
-else:  # a task of srun
-    TF_CONFIG = {"task": {"index": int(os.environ["SLURM_PROCID"])},
-                 "cluster": {"worker": [None] * int(os.environ["SLURM_NTASKS"])}}
+else:  # a task of srun, or a rank of mpirun
+    slurm = "SLURM_PROCID" in os.environ
+    TF_CONFIG = {"task": {"index": int(os.environ["SLURM_PROCID" if slurm else "OMPI_COMM_WORLD_RANK"])},
+                 "cluster": {"worker": [None] * int(os.environ["SLURM_NTASKS" if slurm
+                                                               else "OMPI_COMM_WORLD_SIZE"])}}
 RANK = TF_CONFIG["task"]["index"]
 N = len(TF_CONFIG["cluster"]["worker"])
 RUN = int(os.environ["TFX_RESTART_COUNT"])
