@@ -547,26 +547,32 @@ def test_min_workers_stops_with_every_slots_error_below_the_minimum(tmp_path):
 
 def test_a_preempted_worker_restarts_the_job_without_restarts_it_ends_it_with_75(tmp_path):
     # Rank 0 gets a preemption notice (SIGTERM to itself), saves and exits 75.
-    result, starts = progress_job(tmp_path, "-n", "2", "--max-restarts", "1", "--grace-period", "2",
+    result, starts = progress_job(tmp_path, "-n", "2", "--max-restarts", "1", "--preemption-grace", "2",
                                   CRASH="0:0:3:term", STEPS="40", STEP_S="0.02")
     assert result.returncode == 0, result.stderr
     lines = restart_lines(result)
     assert len(lines) == 1 and "rank 0 was preempted (exit code 75); resuming from step" in lines[0]
     saved = int(re.search(r"resuming from step (\d+) ", lines[0]).group(1))
     assert [s["step"] for s in starts if s["run"] == 1] == [saved, saved] and saved >= 3
-    result, starts = progress_job(tmp_path, "-n", "2", "--grace-period", "2", ckpt_name="again",
+    result, starts = progress_job(tmp_path, "-n", "2", "--preemption-grace", "2", ckpt_name="again",
                                   CRASH="0:0:3:term", STEPS="40", STEP_S="0.02")
     assert result.returncode == 75
     assert "rank 0 was preempted (exit code 75)" in result.stderr and not restart_lines(result)
 
 
-@pytest.mark.parametrize("no_handler_rank,who", [("", "all 2"), ("1", "1 of 2")])
-def test_sigterm_to_the_launcher_ends_it_with_75_when_the_workers_saved(tmp_path, no_handler_rank, who):
+@pytest.mark.parametrize("no_handler_rank,save_s,who", [
+    ("", "0", "all 2"),
+    ("1", "0", "1 of 2"),
+    ("", "1.5", "all 2"),  # a save longer than --grace-period: --preemption-grace applies
+])
+def test_sigterm_to_the_launcher_ends_it_with_75_when_the_workers_saved(
+        tmp_path, no_handler_rank, save_s, who):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    env = dict(os.environ, STEPS="100000", STEP_S="0.02", NO_HANDLER_RANK=no_handler_rank)
+    env = dict(os.environ, STEPS="100000", STEP_S="0.02", NO_HANDLER_RANK=no_handler_rank, SAVE_S=save_s)
     env.pop("TFX_RESTART_COUNT", None)
     proc = subprocess.Popen([sys.executable, RUN_PY, "-n", "2", "--max-restarts", "3",
+                             "--grace-period", "0.3",
                              "--checkpoint-dir", str(ckpt), sys.executable, PROGRESS],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

@@ -14,6 +14,7 @@ FAIL_RANK / FAIL_FROM_WORKERS: that rank exits 4 at once while the job has at
 least that many workers (a slot that keeps failing). SAVE_UNTIL: no saves
 after that step. STEPS: where the job ends (default 8). NO_HANDLER_RANK: that
 rank dies of SIGTERM (as a worker does that gets a second SIGTERM while exiting).
+SAVE_S: how long the save after a notice takes.
 """
 import json
 import os
@@ -65,6 +66,7 @@ if str(RANK) == env("FAIL_RANK") and N >= int(env("FAIL_FROM_WORKERS", "1")):
     sys.exit(4)
 while step < int(env("STEPS", "8")):
     if notice:
+        time.sleep(float(env("SAVE_S", "0")))  # a save that takes time
         save(step)
         sys.exit(75)
     time.sleep(float(env("STEP_S", "0.05")))

@@ -124,7 +124,7 @@ WORKER = os.path.join(REPO_ROOT, "tests", "engines", "progress_worker.py")
 # examples/slurm/one_node.sbatch's pattern: the batch step is tfx-dist-run.
 LAUNCHER_JOB = """#!/bin/bash
 echo "BATCH SLURM_RESTART_COUNT=${{SLURM_RESTART_COUNT:-unset}}"
-exec {python} -m tfx_dist.run -n 2 --grace-period 10 --checkpoint-dir {ckpt} {python} {worker}
+exec {python} -m tfx_dist.run -n 2 --preemption-grace 10 --checkpoint-dir {ckpt} {python} {worker}
 """
 # examples/slurm/train.sbatch's pattern: srun tasks, the script requeues the job when they exit 75.
 SRUN_JOB = """#!/bin/bash

@@ -40,12 +40,13 @@ by a signal), the others are stopped (SIGTERM to each worker's process group,
 SIGKILL after ``--grace-period``), the launcher names the failing rank, repeats
 its last stderr lines, and exits with its exit code (128+N for signal N). On
 ``--timeout``, it stops every worker and exits 124. On Ctrl-C, SIGTERM or
-SIGHUP it stops every worker and exits 128+signal, or 75 ("preempted,
-resumable", as the workers' own exit code) when every worker saved and exited
-75; a second Ctrl-C kills them at once. On Linux the workers also get
-SIGKILL if the launcher itself is killed (``PR_SET_PDEATHSIG``). Each worker
-runs in its own process group, so stopping a worker also stops what it started
-(e.g. a shell's children).
+SIGHUP it stops every worker (SIGKILL after ``--preemption-grace``: they may
+be saving) and exits 128+signal, or 75 ("preempted, resumable", as the
+workers' own exit code) when the workers saved and exited 75; a second Ctrl-C
+kills them at once. On Linux the workers also get SIGKILL if the launcher
+itself is killed (``PR_SET_PDEATHSIG``). Each worker runs in its own process
+group, so stopping a worker also stops what it started (e.g. a shell's
+children).
 
 Restarts (``--max-restarts K``): when a worker fails or is preempted (exits
 75), the others are stopped as above and the whole job starts again, with new

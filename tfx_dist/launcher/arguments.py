@@ -45,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace-period", type=float, default=5.0, metavar="SECONDS",
                         help="when stopping workers, wait this long after SIGTERM before "
                              "SIGKILL (default: %(default)s)")
+    parser.add_argument("--preemption-grace", type=float, default=30.0, metavar="SECONDS",
+                        help="the same when the job is preempted (the launcher got SIGTERM, SIGINT "
+                             "or SIGHUP, or a worker exited 75): the time the workers have to save; "
+                             "keep it above their TFX_PREEMPTION_GRACE_S and below the engine's "
+                             "own limit (Slurm's KillWait, Kubernetes's "
+                             "terminationGracePeriodSeconds) (default: %(default)s)")
     parser.add_argument("--cpu-bind", choices=("cores", "none"), default="cores",
                         help="cores: bind each worker to its own share of this launcher's "
                              "CPUs, whole physical cores where there are enough, like mpirun's "
@@ -87,6 +93,8 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Name
         parser.error(f"-n/--num-workers must be at least 1, received {args.num_workers}")
     if args.timeout is not None and args.timeout <= 0:
         parser.error(f"--timeout must be positive, received {args.timeout}")
+    if args.grace_period < 0 or args.preemption_grace < 0:
+        parser.error("--grace-period and --preemption-grace must be at least 0")
     if args.ps < 0:
         parser.error(f"--ps must be at least 0, received {args.ps}")
     if args.max_restarts < 0:

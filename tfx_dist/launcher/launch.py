@@ -87,7 +87,8 @@ def _run(args: argparse.Namespace, command: Sequence[str], num_workers: int, res
     running[:] = [job]
     try:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return supervise(job, args.grace_period, timeout, received, timeout_option=args.timeout)
+        return supervise(job, args.grace_period, timeout, received, timeout_option=args.timeout,
+                         preemption_grace=args.preemption_grace)
     finally:
         job.stop(grace=args.grace_period)
         running.clear()

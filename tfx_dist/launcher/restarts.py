@@ -76,7 +76,7 @@ class RestartPolicy:
         the next run would get.
         """
         step = latest_step(self.checkpoint_dir)
-        if step is not None and step != self.start_step:
+        if step is not None and (self.start_step is None or step > self.start_step):
             self.from_same_step = 0  # progress: the count starts again
         rank = outcome.rank
         who = f"rank {rank}" if labels[rank] == str(rank) else f"task {labels[rank]}"

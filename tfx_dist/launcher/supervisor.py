@@ -34,17 +34,22 @@ class Outcome:
 
 
 def supervise(job: Workers, grace_period: float, timeout: Optional[float], received: List[int],
-              timeout_option: Optional[float] = None) -> Outcome:
+              timeout_option: Optional[float] = None, preemption_grace: Optional[float] = None) -> Outcome:
     """Waits for the workers; on a failure, timeout or signal stops them all. Returns the outcome.
 
     ``received``: the signals the launcher got so far (filled by its signal handler);
-    ``timeout``: what is left of ``--timeout`` (``timeout_option``) for this run.
+    ``timeout``: what is left of ``--timeout`` (``timeout_option``) for this run;
+    ``grace_period``: from SIGTERM to SIGKILL after a failure or the timeout;
+    ``preemption_grace``: the same when the job is being preempted (a signal to the
+    launcher, a worker that exited 75): the workers are saving (default ``grace_period``).
     """
+    if preemption_grace is None:
+        preemption_grace = grace_period
     n = len(job.procs)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         if received:
-            return _stop_on_signal(job, grace_period, received[0])
+            return _stop_on_signal(job, preemption_grace, received[0])
         codes = [p.poll() for p in job.procs]
         failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
         if failed:
@@ -52,9 +57,9 @@ def supervise(job: Workers, grace_period: float, timeout: Optional[float], recei
             rank = min(failed, key=lambda r: codes[r] == EXIT_PREEMPTED)
             code = codes[rank]
             if code == EXIT_PREEMPTED:
-                _let_peers_finish(job, grace_period, received)  # they are saving too
+                _let_peers_finish(job, preemption_grace, received)  # they are saving too
                 if received:
-                    return _stop_on_signal(job, grace_period, received[0])
+                    return _stop_on_signal(job, preemption_grace, received[0])
             running = sum(1 for p in job.procs if p.poll() is None)
             job.stop(grace_period)
             job.join_output()
@@ -80,7 +85,7 @@ def supervise(job: Workers, grace_period: float, timeout: Optional[float], recei
 
 
 def _let_peers_finish(job: Workers, grace_period: float, received: List[int]) -> None:
-    """After one worker exited "preempted", gives the others the grace period to save and exit."""
+    """After one worker exited "preempted", gives the others the time to save and exit."""
     deadline = time.monotonic() + grace_period
     while (time.monotonic() < deadline and not received
            and any(p.poll() is None for p in job.procs)):
