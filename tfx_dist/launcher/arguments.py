@@ -46,11 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="when stopping workers, wait this long after SIGTERM before "
                              "SIGKILL (default: %(default)s)")
     parser.add_argument("--preemption-grace", type=float, default=30.0, metavar="SECONDS",
-                        help="the same when the job is preempted (the launcher got SIGTERM, SIGINT "
-                             "or SIGHUP, or a worker exited 75): the time the workers have to save; "
-                             "keep it above their TFX_PREEMPTION_GRACE_S and below the engine's "
-                             "own limit (Slurm's KillWait, Kubernetes's "
-                             "terminationGracePeriodSeconds) (default: %(default)s)")
+                        help="the same when the job is preempted (a signal to the launcher, a "
+                             "worker that exited 75): the time to save, above the workers' "
+                             "TFX_PREEMPTION_GRACE_S and below the engine's limit (default: %(default)s)")
     parser.add_argument("--cpu-bind", choices=("cores", "none"), default="cores",
                         help="cores: bind each worker to its own share of this launcher's "
                              "CPUs, whole physical cores where there are enough, like mpirun's "
