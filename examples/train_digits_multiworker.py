@@ -11,9 +11,14 @@ The program is the ordinary single-process Keras program with one change:
 half of every global batch; gradients are averaged across the workers each
 step, so every worker ends with the same weights. The chief (rank 0) prints the
 final metrics on the held-out split.
+
+With ``--checkpoint-dir`` (default: ``TFX_CHECKPOINT_DIR``, which
+``tfx-dist-run --checkpoint-dir`` sets) a job that is restarted after a
+failure resumes at the last epoch backed up there (see docs/clusters.md).
 """
 
 import argparse
+import os
 
 import keras
 import numpy as np
@@ -25,6 +30,8 @@ import tfx_dist
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--checkpoint-dir", default=os.environ.get("TFX_CHECKPOINT_DIR"),
+                        help="back up every epoch here and resume from it (storage every worker reads)")
     args = parser.parse_args()
 
     strategy = tfx_dist.MultiWorkerMirroredStrategy()
@@ -35,8 +42,9 @@ def main():
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model = build_model()
+    backup = [tfx_dist.BackupAndRestore(args.checkpoint_dir)] if args.checkpoint_dir else []
     model.fit(x_train, y_train, batch_size=batch_size, epochs=args.epochs,
-              validation_data=(x_test, y_test), verbose=2 if is_chief else 0)
+              validation_data=(x_test, y_test), verbose=2 if is_chief else 0, callbacks=backup)
     loss, accuracy = model.evaluate(x_test, y_test, batch_size=batch_size, verbose=0)
     if is_chief:
         print(f"workers={strategy.extended._num_workers} "  # noqa: SLF001

@@ -55,7 +55,8 @@ def assert_dead(pid):
 REPORT = """
     print(json.dumps({"tf_config": os.environ["TF_CONFIG"], "secret": os.environ.get("TFX_JOB_SECRET"),
                       "passed": os.environ.get("TFX_TEST_PASSED"), "pid": os.getpid(),
-                      "bfc": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC")}))
+                      "bfc": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"),
+                      "restart_count": os.environ.get("TFX_RESTART_COUNT")}))
 """
 
 
@@ -76,6 +77,7 @@ def test_each_worker_gets_its_tf_config_and_the_shared_secret(tmp_path, n):
     assert len(secrets_seen) == 1 and re.fullmatch(r"[0-9a-f]{64}", secrets_seen.pop())
     assert all(r["passed"] == "through" for r in reports)  # the environment passes through
     assert all(r["bfc"] == "true" for r in reports)  # TensorFlow's caching CPU allocator
+    assert all(r["restart_count"] == "0" for r in reports)  # the first run of the job
 
 
 def test_parameter_server_tasks(tmp_path):
@@ -340,6 +342,10 @@ def test_ctrl_c_stops_all_workers(tmp_path):
     (["true"], "required: -n/--num-workers"),
     (["-n", "2", "--cpu-bind", "sockets", "true"], "invalid choice: 'sockets'"),
     (["-n", "2", "--ps", "-1", "true"], "--ps must be at least 0"),
+    (["-n", "2", "--max-restarts", "-1", "true"], "--max-restarts must be at least 0"),
+    (["-n", "2", "--min-workers", "3", "--max-restarts", "1", "true"], "--min-workers must be in 1..2"),
+    (["-n", "2", "--min-workers", "1", "true"], "--min-workers below -n needs --max-restarts"),
+    (["-n", "2", "--slot-failures", "0", "true"], "--slot-failures must be at least 1"),
 ])
 def test_bad_arguments(args, message):
     result, _ = launch(*args)
@@ -444,3 +450,143 @@ def test_a_rank_failing_before_it_connects_stops_the_job_at_once(tmp_path, relia
     assert "bad configuration" in result.stderr
     assert "connected?!" not in result.stdout
     assert elapsed < 20  # TFX_TIMEOUT_S is 60
+
+
+# --- Restarts (--max-restarts, --min-workers, --checkpoint-dir) --------------
+# The workers: tests/engines/progress_worker.py (what its variables do: there).
+PROGRESS = os.path.join(ROOT, "tests", "engines", "progress_worker.py")
+
+
+def progress_job(tmp_path, *args, ckpt_name="ckpt", **env_vars):
+    """Runs PROGRESS under the launcher with --checkpoint-dir; returns the result and every START."""
+    ckpt = tmp_path / ckpt_name
+    ckpt.mkdir()
+    env = dict(os.environ, **env_vars)
+    for name in ("TFX_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        env.pop(name, None)
+    result, _ = launch("--checkpoint-dir", str(ckpt), *args, sys.executable,
+                       PROGRESS, env=env, timeout=90)
+    starts = [json.loads(line.split("START ", 1)[1]) for line in result.stdout.splitlines()
+              if "] START " in line]
+    return result, starts
+
+
+def restart_lines(result):
+    return [line for line in result.stderr.splitlines() if "restarting the job" in line]
+
+
+def test_a_failed_job_restarts_with_new_ports_and_the_restart_count(tmp_path):
+    # Run 0: rank 1 SIGKILLs itself; run 1: it exits 3 after the job made
+    # progress; run 2 finishes. --max-restarts 1 counts restarts from the same
+    # step: progress between the failures starts the count again.
+    result, starts = progress_job(tmp_path, "-n", "2", "--max-restarts", "1",
+                                  CRASH="0:1:3:kill,1:1:2:3", STEPS="20")
+    assert result.returncode == 0, result.stderr
+    lines = restart_lines(result)
+    assert len(lines) == 2, result.stderr
+    steps = [int(re.search(r"resuming from step (\d+) \(", line).group(1)) for line in lines]
+    ckpt = os.path.join(str(tmp_path / "ckpt"), "LATEST.json")
+    assert "(TFX_RESTART_COUNT=1): rank 1 was killed by SIGKILL; " in lines[0]
+    assert "(TFX_RESTART_COUNT=2): rank 1 failed with exit code 3; " in lines[1]
+    assert all(f"({ckpt})" in line and "restart 1 of 1 from this step" in line for line in lines)
+    runs = {run: [s for s in starts if s["run"] == run] for run in range(3)}
+    assert all(len(runs[run]) == 2 for run in range(3)), starts
+    # Each run resumed from the step the launcher named, on ports of its own.
+    assert [runs[run][0]["step"] for run in range(3)] == [0] + steps and 0 < steps[0] < steps[1]
+    clusters = [runs[run][0]["cluster"] for run in range(3)]
+    assert all(s["cluster"] == clusters[s["run"]] for s in starts)
+    assert len({tuple(c) for c in clusters}) == 3
+    assert lines_of(result.stdout, 0)[-1].startswith("DONE ")  # the last run ends normally
+    assert lines_of(result.stdout, 1)[-1].startswith("DONE ")
+
+
+def test_max_restarts_stops_a_job_that_fails_at_the_same_step(tmp_path):
+    # The checkpoint stays at step 2 and rank 1 fails 4 steps after every start.
+    result, starts = progress_job(tmp_path, "-n", "2", "--max-restarts", "2",
+                                  SAVE_UNTIL="2", CRASH="*:1:4:3")
+    assert result.returncode == 3
+    assert len(restart_lines(result)) == 2 and len(starts) == 6
+    assert [s["step"] for s in starts if s["run"] > 0] == [2] * 4
+    assert ("not restarting: the job failed 3 times in a row with no progress in its checkpoint "
+            "(step 2; --max-restarts 2)") in result.stderr
+    history = result.stderr.split("The runs:", 1)[1]
+    assert history.count("rank 1 failed with exit code 3; checkpoint: step 2") == 3
+
+
+def test_min_workers_continues_without_a_slot_that_keeps_failing(tmp_path):
+    # Rank 2 fails at once while the job has 3 workers: after 2 such runs the
+    # launcher drops its slot and the job finishes on 2 workers.
+    result, starts = progress_job(tmp_path, "-n", "3", "--max-restarts", "1", "--min-workers", "2",
+                                  FAIL_RANK="2", FAIL_FROM_WORKERS="3")
+    assert result.returncode == 0, result.stderr
+    lines = restart_lines(result)
+    assert len(lines) == 2
+    assert "rank 2 failed 2 runs in a row (--slot-failures 2)" in lines[1]
+    assert "continuing with 2 workers instead of 3 (--min-workers 2)" in lines[1]
+    assert [(s["run"], s["workers"]) for s in starts].count((2, 2)) == 2
+    assert all(len(s["cluster"]) == s["workers"] for s in starts)
+    assert result.stdout.count("DONE ") == 2
+
+
+def test_min_workers_stops_with_every_slots_error_below_the_minimum(tmp_path):
+    # Rank 1 fails whatever the size: slot 1 is dropped after 2 runs, then
+    # slot 2 (now rank 1) fails twice and the job cannot go below 2 workers.
+    result, starts = progress_job(tmp_path, "-n", "3", "--max-restarts", "1", "--min-workers", "2",
+                                  FAIL_RANK="1")
+    assert result.returncode == 4
+    assert [s["workers"] for s in starts if s["run"] == 3] == [2, 2]
+    assert not any(s["run"] > 3 for s in starts)
+    assert ("rank 1 failed 2 runs in a row and the job cannot continue with fewer than 2 workers "
+            "(--min-workers)") in result.stderr
+    errors = result.stderr.split("the last error of every worker slot that failed:", 1)[1]
+    assert "slot 1: rank 1 failed with exit code 4" in errors
+    assert "slot error of rank 1 in a job of 3" in errors
+    assert "slot 2: rank 1 failed with exit code 4" in errors
+    assert "slot error of rank 1 in a job of 2" in errors
+
+
+def test_a_preempted_worker_restarts_the_job_without_restarts_it_ends_it_with_75(tmp_path):
+    # Rank 0 gets a preemption notice (SIGTERM to itself), saves and exits 75.
+    result, starts = progress_job(tmp_path, "-n", "2", "--max-restarts", "1", "--preemption-grace", "2",
+                                  CRASH="0:0:3:term", STEPS="40", STEP_S="0.02")
+    assert result.returncode == 0, result.stderr
+    lines = restart_lines(result)
+    assert len(lines) == 1 and "rank 0 was preempted (exit code 75); resuming from step" in lines[0]
+    saved = int(re.search(r"resuming from step (\d+) ", lines[0]).group(1))
+    assert [s["step"] for s in starts if s["run"] == 1] == [saved, saved] and saved >= 3
+    result, starts = progress_job(tmp_path, "-n", "2", "--preemption-grace", "2", ckpt_name="again",
+                                  CRASH="0:0:3:term", STEPS="40", STEP_S="0.02")
+    assert result.returncode == 75
+    assert "rank 0 was preempted (exit code 75)" in result.stderr and not restart_lines(result)
+
+
+@pytest.mark.parametrize("no_handler_rank,save_s,who", [
+    ("", "0", "all 2"),
+    ("1", "0", "1 of 2"),
+    ("", "1.5", "all 2"),  # a save longer than --grace-period: --preemption-grace applies
+])
+def test_sigterm_to_the_launcher_ends_it_with_75_when_the_workers_saved(
+        tmp_path, no_handler_rank, save_s, who):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    env = dict(os.environ, STEPS="100000", STEP_S="0.02", NO_HANDLER_RANK=no_handler_rank, SAVE_S=save_s)
+    env.pop("TFX_RESTART_COUNT", None)
+    proc = subprocess.Popen([sys.executable, RUN_PY, "-n", "2", "--max-restarts", "3",
+                             "--grace-period", "0.3",
+                             "--checkpoint-dir", str(ckpt), sys.executable, PROGRESS],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [json.loads(proc.stdout.readline().split("START ", 1)[1])["pid"] for _ in range(2)]
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)  # an engine's preemption notice: the workers save
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, err
+    assert f"received SIGTERM; {who} worker(s) saved and exited 75 (preempted)" in err
+    assert ": exiting 75 so that the job is restarted" in err
+    assert "restarting" not in err and "START" not in out  # no run after the notice
+    assert json.loads((ckpt / "LATEST.json").read_text())["step"] > 0
+    for pid in pids:
+        assert_dead(pid)

@@ -8,6 +8,10 @@ import sys
 LAUNCHER = "tfx-dist-run"
 EXIT_TIMEOUT = 124        # as coreutils' timeout(1)
 EXIT_CANNOT_START = 2     # bad arguments (argparse's status) or the job could not start
+# "Preempted, resumable" (EX_TEMPFAIL): a worker that saved after a preemption
+# notice exits with it (tfx_dist.fault_tolerance.PREEMPTED_EXIT_CODE), and so
+# does the launcher when it was told to stop and its workers did that.
+EXIT_PREEMPTED = 75
 
 
 class LaunchError(RuntimeError):
@@ -27,6 +31,8 @@ def describe_exit(code: int) -> str:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
+    if code == EXIT_PREEMPTED:
+        return f"was preempted (exit code {code})"
     return f"failed with exit code {code}"
 
 
