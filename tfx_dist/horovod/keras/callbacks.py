@@ -14,7 +14,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     At the start of training it broadcasts the model's variables (and the
     optimizer's, if built); at the end of the first batch, as Horovod does, it
     broadcasts the model's and the optimizer's variables again, since the
-    optimizer creates its slots in the first step.
+    optimizer creates its slots in the first step. ``local_variables`` (a
+    variable or a list) are never broadcast: each rank keeps its own, as Horovod.
     """
 
     def __init__(self, root_rank, device="", local_variables=None):
