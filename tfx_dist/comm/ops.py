@@ -240,7 +240,8 @@ def _broadcast_grad(op, *grads):
                                   names=_grad_names(op))
     if _ranks[comm_id] == op.get_attr("root"):
         return list(total)
-    return [tf.zeros_like(t) for t in total]
+    with tf.control_dependencies(total):  # in a graph, zeros of a known shape would not run the reduce
+        return [tf.zeros_like(t) for t in total]
 
 
 @tf.RegisterGradient("TfxAllToAll")

@@ -20,6 +20,7 @@ from tfx_dist.horovod.basics import (ccl_built, cross_rank, cross_size, cuda_bui
 from tfx_dist.horovod.compression import Compression
 from tfx_dist.horovod.gradients import (DistributedGradientTape, DistributedOptimizer,
                                         PartialDistributedGradientTape, PartialDistributedOptimizer)
+from tfx_dist.horovod.mpi_ops import _executing_eagerly  # noqa: F401 (Horovod's, used by its tests)
 from tfx_dist.horovod.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce,
                                       alltoall, broadcast, broadcast_, broadcast_variables,
                                       grouped_allgather, grouped_allreduce, grouped_reducescatter, join,

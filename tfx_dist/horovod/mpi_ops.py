@@ -346,6 +346,11 @@ def join(device=-1):
     return tf.reshape(last, [])
 
 
+def _executing_eagerly():
+    """Horovod's helper, which its tests and some scripts call as ``hvd._executing_eagerly()``."""
+    return tf.executing_eagerly()
+
+
 def size_op(process_set_id=0, name=None):
     return tf.constant(basics.size(), tf.int32)
 

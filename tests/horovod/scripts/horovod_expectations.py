@@ -256,9 +256,12 @@ def compat_v1_graph():
     with tf.Graph().as_default():
         summed = hvd.allreduce(tf.constant([1.0, 2.0]) * (r + 1), op=hvd.Sum)
         gathered = hvd.allgather(tf.constant([r]))
+        x = tf.ones([2]) * (r + 1)
+        grad = tf.gradients(hvd.broadcast(x, 0) * float(r + 1), x)[0]
         with tf.compat.v1.Session() as session:
-            got = session.run([summed, gathered])
-    check("compat_v1_graph", got, [[sum(weights), 2 * sum(weights)], list(range(n))])
+            got = session.run([summed, gathered, grad])
+    check("compat_v1_graph", got, [[sum(weights), 2 * sum(weights)], list(range(n)),
+                                   [np.mean(weights) if r == 0 else 0.0] * 2])
 
 
 check("allreduce_at_the_end", hvd.allreduce(tf.ones([1]), op=hvd.Sum), [float(n)])
