@@ -40,6 +40,6 @@ def test_horovod_expectations_on_two_processes(tmp_path):
     for rank in (0, 1):
         with open(tmp_path / f"result-{rank}.json") as f:
             checks = json.load(f)
-        assert len(checks) >= 46, sorted(checks)
+        assert len(checks) >= 47, sorted(checks)
         wrong = {name: pair for name, pair in checks.items() if not _same(name, *pair)}
         assert not wrong, f"rank {rank}: " + json.dumps(wrong, indent=1)[:6000]

@@ -35,6 +35,9 @@ def __getattr__(name):
         from tfx_dist.horovod.sync_batch_norm import SyncBatchNormalization
 
         return SyncBatchNormalization
+    if name == "elastic":
+        raise AttributeError("tfx_dist.horovod has no `elastic` (Elastic Horovod is not supported): "
+                             "a job of fixed size restarts from its last checkpoint instead.")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
