@@ -194,6 +194,13 @@ def _remember_rank(communicator):
     _ranks[communicator.handle] = communicator.rank
 
 
+def _rank_of(comm_id):
+    if comm_id not in _ranks:
+        raise LookupError(f"the gradient of a collective on communicator {comm_id} needs this process's "
+                          "rank, known once this process has called all_gather or broadcast on it")
+    return _ranks[comm_id]
+
+
 def _text(value):
     return value.decode() if isinstance(value, bytes) else value
 
@@ -224,10 +231,11 @@ def _all_gather_grad(op, grad):
     """This process's rows of the sum over processes of the output's gradient."""
     comm_id = op.get_attr("communicator_id")
     (name,) = _grad_names(op)
-    total = _lib().tfx_all_reduce([grad], communicator_id=comm_id, reduction="sum", names=[name + "/0"])[0]
+    total = _lib().tfx_all_reduce([tf.convert_to_tensor(grad)], communicator_id=comm_id, reduction="sum",
+                                  names=[name + "/0"])[0]
     rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
     every = _lib().tfx_all_gather(rows, communicator_id=comm_id, names=[name + ".rows"])
-    rank = _ranks[comm_id]
+    rank = _rank_of(comm_id)
     start = tf.reduce_sum(every[:rank])
     return total[start:start + every[rank]]
 
@@ -238,7 +246,7 @@ def _broadcast_grad(op, *grads):
     comm_id = op.get_attr("communicator_id")
     total = _lib().tfx_all_reduce(_dense(grads, op.outputs), communicator_id=comm_id, reduction="sum",
                                   names=_grad_names(op))
-    if _ranks[comm_id] == op.get_attr("root"):
+    if _rank_of(comm_id) == op.get_attr("root"):
         return list(total)
     with tf.control_dependencies(total):  # in a graph, zeros of a known shape would not run the reduce
         return [tf.zeros_like(t) for t in total]
