@@ -51,7 +51,8 @@ def group_name(kind: str, name: str | None = None, counter=None) -> str:
     if tf.executing_eagerly():
         return f"eager.{kind}"
     graph = tf.compat.v1.get_default_graph()
-    return f"{graph.name}/{graph.unique_name(kind, mark_as_used=True)}"
+    # A function's graph has its function's name; a plain tf.Graph (tf.compat.v1) has none.
+    return f"{getattr(graph, 'name', 'graph')}/{graph.unique_name(kind, mark_as_used=True)}"
 
 
 def tensor_names(kind: str, group: str, count: int) -> list[str]:

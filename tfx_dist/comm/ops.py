@@ -65,6 +65,8 @@ def all_reduce(tensors, communicator, reduction: str = "sum", name: str | None =
 
     Returns:
       A list of tensors, the reductions, with the inputs' shapes and dtypes.
+      Differentiable for ``"sum"`` and ``"mean"``: the gradient is the same
+      reduction of the outputs' gradients.
     """
     if reduction not in _REDUCTIONS:
         raise ValueError(f"Expected reduction in {_REDUCTIONS}. Received: reduction={reduction!r}")
@@ -81,17 +83,25 @@ def all_gather(tensor, communicator, name: str | None = None):
     """Concatenates every process's ``tensor`` on dimension 0.
 
     The first dimension may differ between processes; the others may not.
+    Differentiable: the gradient is this process's rows of the sum over
+    processes of the output's gradient.
     """
     tensor = tf.convert_to_tensor(tensor)
+    _remember_rank(communicator)
     return _lib().tfx_all_gather(tensor, communicator_id=communicator.handle,
                                  names=naming.collective_names("allgather", 1, name))
 
 
 def broadcast(tensors, communicator, root: int = 0, name: str | None = None) -> list:
-    """Every process receives process ``root``'s tensors (same shapes everywhere)."""
+    """Every process receives process ``root``'s tensors (same shapes everywhere).
+
+    Differentiable: the root's gradient is the sum over processes of the
+    outputs' gradients; the other processes' is zero.
+    """
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
         return []
+    _remember_rank(communicator)
     return list(_lib().tfx_broadcast(tensors, communicator_id=communicator.handle, root=int(root),
                                      names=naming.collective_names("broadcast", len(tensors), name)))
 
@@ -173,28 +183,92 @@ def reduce_scatter(tensor, communicator, reduction: str = "sum", name: str | Non
                                      names=naming.collective_names("reducescatter", 1, name))
 
 
-# The gradients name their collectives after the forward op's name, so every
-# process that ran the same forward collective makes the same backward one.
+# The gradients are the derivatives of what the collectives compute. Each
+# names its collectives after the forward op's names, so every process that
+# ran the same forward collective makes the same backward ones.
+# (tfx_dist.horovod rescales some of them to Horovod's definitions.)
+_ranks = {}  # communicator handle -> this process's rank, for the gradients
+
+
+def _remember_rank(communicator):
+    _ranks[communicator.handle] = communicator.rank
+
+
+def _rank_of(comm_id):
+    if comm_id not in _ranks:
+        raise LookupError(f"the gradient of a collective on communicator {comm_id} needs this process's "
+                          "rank, known once this process has called all_gather or broadcast on it")
+    return _ranks[comm_id]
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _grad_names(op, suffix="grad"):
+    return [f"{_text(n)}/{suffix}" for n in op.get_attr("names")]
+
+
+def _dense(grads, outputs):
+    """Unconnected outputs' gradients as zeros: every process must send every tensor."""
+    return [tf.zeros_like(o) if g is None else tf.convert_to_tensor(g) for g, o in zip(grads, outputs)]
+
+
+@tf.RegisterGradient("TfxAllReduce")
+def _all_reduce_grad(op, *grads):
+    """A sum's or mean's gradient is the same reduction of the outputs' gradients."""
+    reduction = _text(op.get_attr("reduction"))
+    if reduction not in ("sum", "mean"):
+        raise LookupError(f"tfx_dist.comm.ops.all_reduce has no gradient for reduction={reduction!r} "
+                          "(only 'sum' and 'mean')")
+    return list(_lib().tfx_all_reduce(
+        _dense(grads, op.outputs), communicator_id=op.get_attr("communicator_id"), reduction=reduction,
+        names=_grad_names(op), compression=_text(op.get_attr("compression"))))
+
+
+@tf.RegisterGradient("TfxAllGather")
+def _all_gather_grad(op, grad):
+    """This process's rows of the sum over processes of the output's gradient."""
+    comm_id = op.get_attr("communicator_id")
+    (name,) = _grad_names(op)
+    total = _lib().tfx_all_reduce([tf.convert_to_tensor(grad)], communicator_id=comm_id, reduction="sum",
+                                  names=[name + "/0"])[0]
+    rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
+    every = _lib().tfx_all_gather(rows, communicator_id=comm_id, names=[name + ".rows"])
+    rank = _rank_of(comm_id)
+    start = tf.reduce_sum(every[:rank])
+    return total[start:start + every[rank]]
+
+
+@tf.RegisterGradient("TfxBroadcast")
+def _broadcast_grad(op, *grads):
+    """The root's input reaches every output: its gradient is the sum of theirs; the others' is zero."""
+    comm_id = op.get_attr("communicator_id")
+    total = _lib().tfx_all_reduce(_dense(grads, op.outputs), communicator_id=comm_id, reduction="sum",
+                                  names=_grad_names(op))
+    if _rank_of(comm_id) == op.get_attr("root"):
+        return list(total)
+    with tf.control_dependencies(total):  # in a graph, zeros of a known shape would not run the reduce
+        return [tf.zeros_like(t) for t in total]
+
+
 @tf.RegisterGradient("TfxAllToAll")
 def _all_to_all_grad(op, grad, _received_grad):
-    comm_id = op.get_attr("communicator_id")
-    forward, = op.get_attr("names")
-    name = (forward.decode() if isinstance(forward, bytes) else forward) + "/grad"
-    back, _ = _lib().tfx_all_to_all(grad, op.outputs[1], communicator_id=comm_id, names=[name])
+    """The output's gradient goes back by an all-to-all with the received splits as its splits."""
+    back, _ = _lib().tfx_all_to_all(grad, op.outputs[1], communicator_id=op.get_attr("communicator_id"),
+                                    names=_grad_names(op))
     return back, None
 
 
 @tf.RegisterGradient("TfxReduceScatter")
 def _reduce_scatter_grad(op, grad):
-    reduction = op.get_attr("reduction")
-    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    """Every process's block gradient, gathered (divided by size for the mean)."""
+    reduction = _text(op.get_attr("reduction"))
     if reduction not in ("sum", "mean"):
         raise LookupError(f"tfx_dist.comm.ops.reduce_scatter has no gradient for reduction={reduction!r} "
                           "(only 'sum' and 'mean')")
-    forward, = op.get_attr("names")
-    name = (forward.decode() if isinstance(forward, bytes) else forward) + "/grad"
     comm_id = op.get_attr("communicator_id")
-    full = _lib().tfx_all_gather(grad, communicator_id=comm_id, names=[name])
+    full = _lib().tfx_all_gather(grad, communicator_id=comm_id, names=_grad_names(op))
     if reduction == "mean":
         full = full / tf.cast(_native.lib().tfx_comm_size(comm_id), grad.dtype)
     return full

@@ -10,9 +10,6 @@ threads); calls without a name get one from their position (see
 
 from __future__ import annotations
 
-import io
-import pickle
-
 import numpy as np
 import tensorflow as tf
 
@@ -60,9 +57,23 @@ def _scale(tensor, factor):
         return tensor
     if isinstance(tensor, tf.IndexedSlices):
         return tf.IndexedSlices(_scale(tensor.values, factor), tensor.indices, tensor.dense_shape)
+    if tensor.dtype in (tf.float16, tf.bfloat16):  # Horovod scales half precision in float32
+        return tf.cast(tf.cast(tensor, tf.float32) * tf.constant(factor, tf.float32), tensor.dtype)
     if tensor.dtype.is_floating:
         return tensor * tf.cast(factor, tensor.dtype)
     return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+
+
+def _with_gradient_times(tensor, factor):
+    """``tensor`` unchanged, its gradient multiplied by ``factor``: Horovod's gradient
+    definitions differ from the derivatives (tfx_dist.comm.ops) by a factor of size."""
+    if factor == 1.0 or not tensor.dtype.is_floating:
+        return tensor
+
+    @tf.custom_gradient
+    def identity(x):
+        return tf.identity(x), lambda grad: grad * tf.cast(factor, grad.dtype)
+    return identity(tensor)
 
 
 def _sub(name, suffix):
@@ -93,7 +104,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                                            _sub(name, f"sparse{i}"))
         elif op == Product:
             t = _scale(tf.convert_to_tensor(t), prescale_factor)
-            gathered = allgather(tf.expand_dims(t, 0), name=_sub(name, f"product{i}"))
+            gathered = _gather(tf.expand_dims(t, 0), _sub(name, f"product{i}"))
             results[i] = _scale(tf.reduce_prod(gathered, axis=0), postscale_factor)
         else:
             dense.append(i)
@@ -132,10 +143,14 @@ def _allreduce_sparse(slices, op, prescale_factor, postscale_factor, name):
     if op not in (Average, Sum):
         raise NotImplementedError("The allreduce of tf.IndexedSlices supports op=hvd.Average and "
                                   f"op=hvd.Sum only. Received: op=hvd.{_OP_NAMES[op]}")
-    values = allgather(_scale(slices.values, prescale_factor), name=_sub(name, "values"))
-    indices = allgather(slices.indices, name=_sub(name, "indices"))
-    factor = postscale_factor / (basics.size() if op == Average else 1)
-    return tf.IndexedSlices(_scale(values, factor), indices, dense_shape=slices.dense_shape)
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError("prescale_factor and postscale_factor are not supported with "
+                                  "tf.IndexedSlices (as in Horovod); scale the values before the call.")
+    values = _gather(slices.values, _sub(name, "values"))
+    indices = _gather(slices.indices, _sub(name, "indices"))
+    if op == Average:  # a true division, as Horovod's: integer values give exact floats
+        values = tf.math.truediv(values, tf.cast(basics.size(), values.dtype))
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
@@ -144,6 +159,17 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
     A scalar is gathered as a vector of one element per rank.
     """
     _check_process_set(process_set)
+    # Horovod's gradient: this rank's rows of the *average* of the output's gradient.
+    return _gather(_with_gradient_times(tf.convert_to_tensor(tensor), 1.0 / basics.size()), name)
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=None):
+    """`allgather` of each tensor of a list (each its own call, named ``<name>.<i>``)."""
+    _check_process_set(process_set)
+    return [allgather(t, name=_sub(name, str(i))) for i, t in enumerate(tensors)]
+
+
+def _gather(tensor, name):
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         tensor = tf.reshape(tensor, [1])
@@ -154,6 +180,8 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=None):
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=None):
     """Every rank receives rank ``root_rank``'s ``tensor`` (same shape and dtype everywhere)."""
     _check_process_set(process_set)
+    # Horovod's gradient: the *average* of the outputs' gradients, on the root only.
+    tensor = _with_gradient_times(tf.convert_to_tensor(tensor), 1.0 / basics.size())
     return _broadcast_many([tensor], root_rank, name)[0]
 
 
@@ -181,38 +209,20 @@ def broadcast_variables(variables, root_rank, process_set=None, name=None):
     return None if tf.executing_eagerly() else tf.group(*assigns)
 
 
-def _dumps(obj) -> np.ndarray:
-    try:
-        import cloudpickle as pickler  # Horovod's choice: lambdas and local classes too
-    except ImportError:
-        pickler = pickle
-    buffer = io.BytesIO()
-    pickler.dump(obj, buffer)
-    return np.frombuffer(buffer.getvalue(), np.uint8)
+def broadcast_(variables, root_rank, name=None, process_set=None):
+    """In-place broadcast: assigns rank ``root_rank``'s values to ``variables`` on every rank.
 
-
-def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None):
-    """Returns rank ``root_rank``'s ``obj`` on every rank (pickled, sent as bytes; eager)."""
+    Returns:
+      The variables' values after the assignment, as Horovod's ``broadcast_``.
+    """
     _check_process_set(process_set)
-    comm = basics.communicator()
-    data = _dumps(obj) if basics.rank() == root_rank else np.zeros(0, np.uint8)
-    (length,) = comm.broadcast_numpy([np.array([data.size], np.int64)], root=root_rank,
-                                     name=_sub(name, "size"))
-    if basics.rank() != root_rank:
-        data = np.zeros(int(length[0]), np.uint8)
-    (data,) = comm.broadcast_numpy([data], root=root_rank, name=_sub(name, "data"))
-    return pickle.loads(data.tobytes())
-
-
-def allgather_object(obj, session=None, name=None, process_set=None):
-    """Returns the list of every rank's ``obj``, by rank (pickled, gathered as bytes; eager)."""
-    _check_process_set(process_set)
-    comm = basics.communicator()
-    data = _dumps(obj)
-    sizes = comm.allgather_numpy(np.array([data.size], np.int64), name=_sub(name, "sizes"))
-    gathered = comm.allgather_numpy(data, name=_sub(name, "data"))
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    return [pickle.loads(gathered[a:b].tobytes()) for a, b in zip(offsets[:-1], offsets[1:])]
+    variables = list(variables)
+    if not variables:
+        return []
+    values = _broadcast_many([tf.convert_to_tensor(v) for v in variables], root_rank, name)
+    assigns = [v.assign(value) for v, value in zip(variables, values)]
+    with tf.control_dependencies([a for a in assigns if not tf.executing_eagerly()]):
+        return [v.read_value() for v in variables]
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=None):
@@ -222,15 +232,17 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     ``splits``, dimension 0 is divided evenly (it must be a multiple of
     ``size()``). Example (2 ranks, rank r sends ``[10r, 10r+1, 10r+2]`` with
     ``splits=[1, 2]``): rank 0 receives ``[0, 10]``, rank 1 ``[1, 2, 11, 12]``.
+    Differentiable: the gradient goes back by an all-to-all (Horovod's).
 
     Returns:
-      ``(output, received_splits)`` as Horovod >= 0.21: what every rank sent
-      this one, concatenated in rank order, and an int32 vector of how many
-      rows came from each rank.
+      As Horovod >= 0.22: with ``splits``, ``(output, received_splits)`` (what
+      every rank sent this one, concatenated in rank order, and an int32
+      vector of how many rows came from each rank); without, ``output``.
 
     Raises:
-      ValueError: no ``splits`` and dimension 0 not a multiple of ``size()``
-        (known shapes), or ``splits`` not a vector.
+      tf.errors.InvalidArgumentError: no ``splits`` and dimension 0 not a
+        multiple of ``size()``.
+      ValueError: ``splits`` not a vector.
     """
     _check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
@@ -238,22 +250,29 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
         raise ValueError(f"alltoall needs a tensor of rank >= 1. Received: {tensor!r}")
     n = basics.size()
     if splits is None:
-        rows = tensor.shape[0]
-        if rows is not None and rows % n:
-            raise ValueError(f"alltoall without splits divides dimension 0 ({rows}) evenly over "
-                             f"{n} ranks; pass splits=.")
-        rows = tf.shape(tensor, out_type=tf.int64)[0]
-        tf.debugging.assert_equal(rows % n, tf.constant(0, tf.int64),
-                                  message="alltoall without splits: dimension 0 must be a multiple of size()")
-        splits = tf.fill([n], rows // n)
-    else:
-        splits = tf.convert_to_tensor(splits)
-        if not splits.dtype.is_integer:
-            raise TypeError(f"Expected integer splits. Received: splits.dtype={splits.dtype}")
-        if splits.shape.rank not in (None, 1):
-            raise ValueError(f"Expected splits to be a vector of one count per rank. Received: {splits!r}")
-        if splits.dtype not in (tf.int32, tf.int64):
-            splits = tf.cast(splits, tf.int64)
+        output, _ = _alltoall(tensor, _even_splits(tensor, n), name)
+        return output
+    splits = tf.convert_to_tensor(splits)
+    if not splits.dtype.is_integer:
+        raise TypeError(f"Expected integer splits. Received: splits.dtype={splits.dtype}")
+    if splits.shape.rank not in (None, 1):
+        raise ValueError(f"Expected splits to be a vector of one count per rank. Received: {splits!r}")
+    if splits.dtype not in (tf.int32, tf.int64):
+        splits = tf.cast(splits, tf.int64)
+    return _alltoall(tensor, splits, name)
+
+
+def _even_splits(tensor, n):
+    message = f"alltoall without splits divides dimension 0 evenly over {n} ranks; pass splits="
+    rows = tensor.shape[0]
+    if rows is not None and rows % n:
+        raise tf.errors.InvalidArgumentError(None, None, f"{message} (dimension 0 is {rows})")
+    rows = tf.shape(tensor, out_type=tf.int64)[0]
+    tf.debugging.assert_equal(rows % n, tf.constant(0, tf.int64), message=message)
+    return tf.fill([n], rows // n)
+
+
+def _alltoall(tensor, splits, name):
     sent, decode = encode_for_move(tensor)
     output, received = _ops().all_to_all(sent, splits, basics.communicator(), name=name)
     return decode(output), tf.cast(received, tf.int32)
@@ -266,7 +285,10 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
 
     Rank r receives ``shape[0] // size() + (r < shape[0] % size())`` rows (the
     first ranks one more when dimension 0 does not divide evenly, as Horovod).
-    Every rank passes the same shape and dtype.
+    Every rank passes the same shape and dtype. The gradient is Horovod's: the
+    allgather of the output's gradient, times ``size()`` for ``Sum`` (times
+    the scale factors): ``size()`` times the derivative, which
+    `tfx_dist.comm.ops.reduce_scatter` gives.
 
     Args:
       op: ``Average`` (default) or ``Sum``, as Horovod's reducescatter.
@@ -274,18 +296,31 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     Returns:
       This rank's block of the reduction.
     """
+    return grouped_reducescatter([tensor], compression=compression, op=op, process_set=process_set,
+                                 prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                                 name=name)[0]
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          process_set=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """`reducescatter` of each tensor of a list (each its own call, named ``<name>.<i>``)."""
     _check_process_set(process_set)
     if op not in (Average, Sum):
         raise NotImplementedError(f"reducescatter supports op=Average or op=Sum, as Horovod. "
                                   f"Received: op={_OP_NAMES.get(op, op)}")
-    tensor = tf.convert_to_tensor(tensor)
-    if tensor.shape.rank == 0:
-        raise ValueError(f"reducescatter needs a tensor of rank >= 1. Received: {tensor!r}")
-    t = _scale(tensor, prescale_factor)
-    t, ctx = compression.compress(t)
-    t, decode = encode_for_reduce(t)
-    out = _ops().reduce_scatter(t, basics.communicator(), reduction=_RUNTIME_REDUCTION[op], name=name)
-    return _scale(compression.decompress(decode(out), ctx), postscale_factor)
+    results = []
+    for i, tensor in enumerate(tensors):
+        tensor = tf.convert_to_tensor(tensor)
+        if tensor.shape.rank == 0:
+            raise ValueError(f"reducescatter needs a tensor of rank >= 1. Received: {tensor!r}")
+        t = _with_gradient_times(tensor, float(basics.size()))
+        t = _scale(t, prescale_factor)
+        t, ctx = compression.compress(t)
+        t, decode = encode_for_reduce(t)
+        out = _ops().reduce_scatter(t, basics.communicator(), reduction=_RUNTIME_REDUCTION[op],
+                                    name=name if len(tensors) == 1 else _sub(name, str(i)))
+        results.append(_scale(compression.decompress(decode(out), ctx), postscale_factor))
+    return results
 
 
 def join(device=-1):
@@ -309,6 +344,11 @@ def join(device=-1):
     last = tf.numpy_function(lambda: np.int32(comm.join("horovod.join")), [], tf.int32, stateful=True,
                              name="horovod_join")
     return tf.reshape(last, [])
+
+
+def _executing_eagerly():
+    """Horovod's helper, which its tests and some scripts call as ``hvd._executing_eagerly()``."""
+    return tf.executing_eagerly()
 
 
 def size_op(process_set_id=0, name=None):

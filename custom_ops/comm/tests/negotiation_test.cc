@@ -162,7 +162,45 @@ void TestJoin() {
                "%d: %s\n", out2, ::testing::Test::HasFailure() ? "FAILED" : "ok");
 }
 
+// A failure while executing (here an output that cannot be allocated) stops the
+// communicator: every later collective fails at once, saying so and naming
+// that first failure.
+void TestFailureIsFinalAndNamed() {
+  Job job = MakeJob(2, true, /*timeout_s=*/5.0);
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(4, 1.0f));
+  std::vector<std::vector<int64_t>> received(2, std::vector<int64_t>(2, -1));
+  {
+    Latch latch;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("a2a", OpType::kAlltoall, DataType::kFloat32, ReduceOp::kSum, {2, 2},
+                             bufs[r].data(), nullptr, &latch));
+      es.back().meta.splits = {1, 1};
+      es.back().received_splits = received[r].data();
+      es.back().allocate = [](int64_t) -> void* { return nullptr; };
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& s : latch.statuses) CHECK(!s.ok(), "an all-to-all without its output succeeded");
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the failure is recorded after the callbacks
+  Latch latch;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Entry> es;
+    es.push_back(MakeEntry("later", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {4}, bufs[r].data(),
+                           bufs[r].data(), &latch));
+    job[r].Submit(std::move(es));
+  }
+  latch.Wait();
+  for (const Status& s : latch.statuses) {
+    CHECK(s.message().find("stopped at an earlier failure") != std::string::npos, s.message());
+    CHECK(s.message().find("could not allocate the output of 'a2a'") != std::string::npos, s.message());
+  }
+}
+
 }  // namespace
+
+TEST(Negotiation, FailureIsFinalAndNamed) { TestFailureIsFinalAndNamed(); }
 
 TEST(Negotiation, MismatchAndTimeout) { TestNegotiationThroughTheRuntime(); }
 

@@ -18,7 +18,8 @@ from tfx_dist.horovod import (Adasum, Average, Compression, Max, Min, Product, S
                               mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
                               shutdown, size, start_timeline, stop_timeline)
 from tfx_dist.horovod import mpi_ops as _ops
-from tfx_dist.horovod.gradients import DistributedOptimizer
+from tfx_dist.horovod.gradients import DistributedOptimizer, PartialDistributedOptimizer
+from tfx_dist.horovod.unsupported import broadcast_global_variables
 from tfx_dist.horovod.keras import callbacks
 
 
@@ -44,15 +45,17 @@ def reducescatter(value, name=None, op=Average):
     return _ops.reducescatter(value, name=name, op=op)
 
 
-def broadcast_global_variables(root_rank):
-    raise NotImplementedError(
-        "broadcast_global_variables needs TensorFlow 1's global variables; with Keras 3 use "
-        "hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank) in fit(), or "
-        "tfx_dist.horovod.broadcast_variables(model.variables, root_rank).")
+def __getattr__(name):
+    if name == "SyncBatchNormalization":  # imported on use: Keras layers load late
+        from tfx_dist.horovod.sync_batch_norm import SyncBatchNormalization
+
+        return SyncBatchNormalization
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
-    "Adasum", "Average", "Compression", "DistributedOptimizer", "Max", "Min", "Product", "Sum",
+    "Adasum", "Average", "Compression", "DistributedOptimizer", "Max", "Min",
+    "PartialDistributedOptimizer", "Product", "Sum", "SyncBatchNormalization",
     "allgather", "allgather_object", "allreduce", "broadcast", "broadcast_global_variables",
     "broadcast_object", "callbacks", "ccl_built", "cross_rank", "cross_size", "cuda_built",
     "ddl_built", "gloo_built", "gloo_enabled", "init", "is_homogeneous", "is_initialized",

@@ -14,19 +14,29 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     At the start of training it broadcasts the model's variables (and the
     optimizer's, if built); at the end of the first batch, as Horovod does, it
     broadcasts the model's and the optimizer's variables again, since the
-    optimizer creates its slots in the first step.
+    optimizer creates its slots in the first step. ``local_variables`` (a
+    variable or a list) are never broadcast: each rank keeps its own, as Horovod.
     """
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple, set)):
+            local_variables = [local_variables]
+        # Variables each rank keeps its own (Horovod's local_variables): never broadcast.
+        self._local_ids = {id(v) for v in local_variables}
+        self._local_ids |= {id(v._value) for v in local_variables if getattr(v, "_value", None) is not None}
 
     def _broadcast(self):
         variables = list(self.model.variables)
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and optimizer.built:
             variables += list(optimizer.variables)
+        variables = [v for v in variables
+                     if id(v) not in self._local_ids and id(getattr(v, "_value", v)) not in self._local_ids]
         mpi_ops.broadcast_variables(variables, self.root_rank)
 
     def on_train_begin(self, logs=None):
@@ -55,7 +65,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         names = sorted(k for k, v in logs.items() if np.ndim(v) == 0)
         values = np.array([float(logs[k]) for k in names], np.float64)
         (mean,) = basics.communicator().allreduce_numpy([values], reduction="mean",
-                                                          name=f"hvd.metric_average.{epoch}")
+                                                        name=f"hvd.metric_average.{epoch}")
         logs.update({k: float(v) for k, v in zip(names, mean)})
 
 

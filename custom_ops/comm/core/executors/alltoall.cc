@@ -47,7 +47,8 @@ class AlltoallExecutor : public Executor {
         e->received_splits[j] = from(t, j);
       }
       outs[t] = static_cast<char*>(e->allocate(total));
-      if (outs[t] == nullptr && total > 0)
+      // A tensor with no bytes (zero rows, or rows of zero elements) may have no buffer.
+      if (outs[t] == nullptr && total > 0 && row[t] > 0)
         return Status(Code::kInternal, "tfx_dist rank " + std::to_string(ctx.rank) + ": " + what +
                                            ": could not allocate the output of '" + e->meta.key + "'");
     }

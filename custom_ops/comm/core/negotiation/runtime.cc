@@ -111,7 +111,12 @@ void Runtime::Submit(std::vector<Entry> entries, bool wake_loop) {
     }
   }
   if (!refused.ok()) {
-    for (Entry& e : entries) e.done(refused);
+    // Final: an executor failure may leave the wires mid-transfer, so no later
+    // collective runs; each names the first failure, not a new one.
+    const Status final_error(refused.code(), "tfx_dist rank " + std::to_string(rank_) +
+                                                 ": this communicator stopped at an earlier failure and runs "
+                                                 "no more collectives; the first failure: " + refused.message());
+    for (Entry& e : entries) e.done(final_error);
     return;
   }
   for (Entry& e : late) {
