@@ -59,12 +59,3 @@ PS_ERRORS = errors.ErrorFamily(ParameterServerError)
 def call(fn, *args) -> None:
     """Calls a parameter-server C function with an error buffer; a failure raises ParameterServerError."""
     native.call(fn, *args, raise_as=PS_ERRORS.error)
-
-
-def check(code: int, err) -> None:
-    """Raises the ParameterServerError of a call made with ``err = error_buffer()`` that returned ``code``."""
-    if code != 0:
-        raise PS_ERRORS.error(code, err.value)
-
-
-error_buffer = native.error_buffer

@@ -103,9 +103,7 @@ class DenseTable:
         self._held = None
         config = store.table_config(self.dim, self.num_rows, 0, 1, self.name, table_id, 0,
                                     store.Zeros(), store.SGD())
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_create_table(client_id, ctypes.byref(config), err,
-                                                         _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_create_table, client_id, ctypes.byref(config))
 
     @property
     def ids(self) -> np.ndarray:
@@ -153,10 +151,8 @@ class DenseTable:
     def _set_rule(self, rule) -> None:
         if rule == self._rule:
             return
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_set_optimizer(
-            self._client_id, self.table_id, ctypes.byref(store.optimizer_config(rule)), err,
-            _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_set_optimizer, self._client_id, self.table_id,
+                     ctypes.byref(store.optimizer_config(rule)))
         self._rule = rule
 
     @property
@@ -196,11 +192,9 @@ class DenseTable:
         flat = np.zeros(self.num_chunks * self.dim, np.float32)
         flat[:self.size] = np.asarray(value, np.float32).reshape(-1)
         ids = self.ids
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_assign(
-            self._client_id, self.table_id, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(ids),
-            flat.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 0, ASSIGN_CHUNK_BYTES, err,
-            _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_assign, self._client_id, self.table_id,
+                     ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(ids),
+                     flat.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 0, ASSIGN_CHUNK_BYTES)
         self._held = (flat[:self.size].reshape(self.shape), self._steps())
 
 

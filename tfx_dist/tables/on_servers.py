@@ -86,9 +86,7 @@ class RemoteTable(tfc.trackable_base.Trackable):
         # Shard fields are the servers' to fill; the optimizer comes when known.
         config = store.table_config(layer.output_dim, layer.input_dim, 0, 1, layer.name, table_id, seed,
                                     initializer, store.SGD())
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_create_table(client_id, ctypes.byref(config), err,
-                                                        _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_create_table, client_id, ctypes.byref(config))
         # Keras trains what it finds in trainable_weights: the anchor is the
         # table's stand-in there. Its own value never changes.
         self.anchor = layer.add_weight(shape=(), initializer="zeros", name="ps_anchor", trainable=True)
@@ -121,10 +119,8 @@ class RemoteTable(tfc.trackable_base.Trackable):
     def _set_rule(self, rule) -> None:
         if rule == self._optimizer:
             return
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_set_optimizer(
-            self._client_id, self.table_id, ctypes.byref(store.optimizer_config(rule)), err,
-            _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_set_optimizer, self._client_id, self.table_id,
+                     ctypes.byref(store.optimizer_config(rule)))
         self._optimizer = rule
 
     def push(self, gradient, learning_rate):
