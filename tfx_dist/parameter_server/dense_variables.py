@@ -39,6 +39,7 @@ import tensorflow as tf
 
 from tfx_dist import _ops
 from tfx_dist.embedding import store
+from tfx_dist.embedding.trained import TrainedByStore
 from tfx_dist.parameter_server import _native, table_checkpoint
 
 # Floats per row: large enough that a request carries few ids, small enough
@@ -78,7 +79,7 @@ class Placement:
         return start
 
 
-class DenseTable:
+class DenseTable(TrainedByStore):
     """One dense variable's rows on the servers."""
 
     def __init__(self, variable, client_id: int, table_id: int, placement: Placement,
@@ -97,7 +98,7 @@ class DenseTable:
         self.num_servers = len(placement.floats)
         self.table_id = table_id
         self._client_id = client_id
-        self._rule = store.SGD()
+        self.optimizer_rule = store.SGD()
         # What the servers hold, as far as this worker knows: (value, this worker's step
         # count then); an eager assignment of the same value sends nothing.
         self._held = None
@@ -141,23 +142,11 @@ class DenseTable:
 
     # -- values and optimizer --------------------------------------------------------------------
 
-    def set_optimizer(self, optimizer) -> None:
-        try:
-            rule = store.optimizer_from_keras(optimizer)
-        except ValueError as e:
-            raise ValueError(f"Dense variable '{self.variable.path}' on parameter servers: {e}") from None
-        self._set_rule(rule)
+    def _trained(self) -> str:
+        return f"Dense variable '{self.variable.path}' on parameter servers"
 
-    def _set_rule(self, rule) -> None:
-        if rule == self._rule:
-            return
-        _native.call(_native.lib().tfx_ps_set_optimizer, self._client_id, self.table_id,
-                     ctypes.byref(store.optimizer_config(rule)))
-        self._rule = rule
-
-    @property
-    def optimizer_rule(self):
-        return self._rule
+    def _use_rule(self, rule) -> None:
+        _native.set_optimizer(self._client_id, self.table_id, rule)
 
     def _steps(self) -> int:
         return int(_native.lib().tfx_ps_steps(self._client_id))

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import tfx_dist
 from tfx_dist.checkpointing import remove_temp_dirpath, write_filepath
-from worker_lib import report
+from worker_lib import click_model, report
 
 STRATEGY, MODE, DIR = os.environ["STRATEGY"], os.environ["MODE"], os.environ["DIR"]
 ROWS = 40
@@ -39,13 +39,7 @@ def build_model():
         inputs = keras.Input((3,), dtype="int64")
         x = tfx_dist.layers.ShardedEmbedding(ROWS, 4, combiner="mean", placement="sharded",
                                              name="items")(inputs)
-        x = keras.layers.Dense(4, activation="tanh", name="hidden",
-                               kernel_initializer=keras.initializers.GlorotUniform(seed=5))(x)
-        outputs = keras.layers.Dense(1, activation="sigmoid", name="out",
-                                     kernel_initializer=keras.initializers.GlorotUniform(seed=7))(x)
-        model = keras.Model(inputs, outputs)
-        model.compile(keras.optimizers.Adagrad(0.5), "binary_crossentropy")
-    return model
+        return click_model(inputs, x, hidden_units=4, learning_rate=0.5)
 
 
 def predictions(model):
