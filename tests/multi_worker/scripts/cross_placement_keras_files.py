@@ -7,9 +7,12 @@ or no strategy at all: a local table), DIR (a folder every task shares), MODE:
     `model.save` (DIR/<strategy>.keras); report the predictions.
   load: for each file of another strategy (FROM, comma-separated), build the
     model under this one and `load_weights` it, then `keras.models.load_model`
-    its .keras (inside the strategy's scope, compile=False); report the predictions.
+    its .keras (inside the strategy's scope, compiled); report the predictions,
+    the tables whose optimizer state restarted (a warning), the optimizer's step
+    count and the losses of one more epoch of the loaded model.
 """
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -57,6 +60,7 @@ if MODE == "save":
     model.fit(ids, labels, batch_size=32, epochs=1, shuffle=False, verbose=0)
     out["placement"] = model.get_layer("items").table.placement.value
     out["predictions"] = predictions(model)
+    out["iterations"] = int(model.optimizer.iterations.numpy())
     for name, save in ((f"{STRATEGY}.weights.h5", model.save_weights), (f"{STRATEGY}.keras", model.save)):
         target = write_filepath(path(name), strategy)  # a non-chief's: a temporary folder
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -68,9 +72,15 @@ else:
         out["placement"] = model.get_layer("items").table.placement.value
         model.load_weights(path(f"{source}.weights.h5"))
         out[f"{source}.weights.h5"] = predictions(model)
-        with strategy.scope():
-            # compile=False (serving): Keras's optimizer slots of the table's variable are
-            # placement-specific (an anchor's, or the whole table's); the rows are not.
-            loaded = keras.models.load_model(path(f"{source}.keras"), compile=False)
+        with strategy.scope(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # Keras's optimizer slots of the table's variable are placement-specific (an
+            # anchor's, or the whole table's): those of another placement restart.
+            loaded = keras.models.load_model(path(f"{source}.keras"))
         out[f"{source}.keras"] = predictions(loaded)
+        out[f"{source}.restarted"] = sorted(str(w.message).split("'")[1] for w in caught
+                                            if "optimizer state restarts" in str(w.message))
+        out[f"{source}.iterations"] = int(loaded.optimizer.iterations.numpy())
+        out[f"{source}.losses"] = loaded.fit(ids, labels, batch_size=32, epochs=1, shuffle=False,
+                                             verbose=0).history["loss"]
 report(out)
