@@ -58,8 +58,8 @@ def check_collectives(comm, rank, size):
                     want = stack.min(0)
                 elif reduction == "max":
                     want = stack.max(0)
-                elif np.dtype(dtype).kind == "i":  # integer mean truncates towards zero
-                    want = np.trunc(stack.sum(0) / size)
+                elif np.dtype(dtype).kind == "i":  # integer mean rounds down, as TensorFlow's //
+                    want = np.floor(stack.sum(0) / size)
                 else:
                     want = stack.sum(0) / size
                 assert out.dtype == np.dtype(dtype) and out.shape == mine.shape

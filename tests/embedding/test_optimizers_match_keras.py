@@ -97,3 +97,11 @@ def test_learning_rate_changing_per_step(case):
     records, expected, _ = _train_both(CASES[case](), [0.1, 0.05, 0.02, 0.08, 0.01, 0.03], seed=1)
     for k, want in enumerate(expected):
         _assert_close(records[:, k, :], want, f"{case}: slot {k}")
+
+
+@pytest.mark.parametrize("optimizer, refused", [(keras.optimizers.AdamW(), "optimizer=AdamW"),
+                                                (keras.optimizers.SGD(use_ema=True), "use_ema")])
+def test_an_optimizer_the_store_lacks_is_refused_naming_what_it_trains(optimizer, refused):
+    with pytest.raises(ValueError, match="^ShardedEmbedding 'items' on parameter servers: Embedding ") as e:
+        store.optimizer_from_keras(optimizer, "ShardedEmbedding 'items' on parameter servers")
+    assert refused in str(e.value)

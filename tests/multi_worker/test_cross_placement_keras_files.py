@@ -4,7 +4,11 @@ A model is trained and saved (save_weights, model.save) under
 ParameterServerStrategy (2 workers, 2 servers), HybridStrategy (2 workers, the
 table sharded over them) and no strategy (one process, a local table); each
 file then loads under the two others (load_weights, load_model) and predicts
-what the saving model predicted.
+what the saving model predicted. Loaded with compile=True, the optimizer comes
+back (its step count) and trains on; Keras's slots of a table saved under
+another placement restart with a warning naming the table (an anchor's slots
+and a whole table's are not the same state), except between the two
+placements whose slots the store keeps (ps and hybrid), which carry them.
 """
 
 import os
@@ -56,3 +60,7 @@ def test_files_of_the_other_placements_predict_the_same(saved, target):
             for kind in ("weights.h5", "keras"):
                 np.testing.assert_allclose(loaded[f"{source}.{kind}"], expected, rtol=1e-6,
                                            atol=1e-7, err_msg=f"{source}.{kind} under {target}")
+            restarts = "none" in (source, target)  # a local table's slots vs an anchor's
+            assert loaded[f"{source}.restarted"] == (["items"] if restarts else []), (source, target)
+            assert loaded[f"{source}.iterations"] == by_saver[source]["iterations"]
+            assert np.isfinite(loaded[f"{source}.losses"]).all()

@@ -40,6 +40,20 @@ def test_custom_loop_two_workers(tmp_path):
         assert r["independent_collectives"] == 3 and r["chained_collectives"] == 0
         assert r["independent_results"] == [3.0, 1.5, [1.0, 2.0]]
 
+    # MEAN over the 2 replicas: the runtime divides the sum (no division op in the graph), as
+    # TensorFlow's / and //, bit for bit; the int8 sum is carried as int32 and divided here.
+    # Divisors that differ between ranks are an error.
+    f32 = np.float32([0.1, -2.5, 7.3]) + np.float32([0.7, 1.1, -0.2])
+    f16 = np.float16([0.3, -1.7]) + np.float16([1.9, 0.6])
+    want = {"f32": (f32 / np.float32(2)).tolist(), "f16": (f16 / np.float16(2)).tolist(),
+            "i32": [-2, 2, -2, 2], "i8": [-2, 2]}  # floor: -3 // 2 == -2
+    for r in results:
+        assert r["mean_eager"] == r["mean_graph"] == want
+        assert r["mean_ops"] == [["mean", 2, 1]] * 3 + [["sum", 0, 1]]  # one op per value
+        assert r["mean_divisions"] == ["FloorDiv"]  # the int8 mean, carried as int32
+        assert "allreduce float32[2] mean divisor=2" in r["mean_mismatch"], r["mean_mismatch"]
+        assert "allreduce float32[2] mean divisor=3" in r["mean_mismatch"], r["mean_mismatch"]
+
     # Sharding: disjoint shards that together hold every element.
     for key, everything in (("data_shard", list(range(64))),
                             ("file_shard", [f * 100 + i for f in range(4) for i in range(6)])):

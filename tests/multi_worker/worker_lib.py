@@ -35,3 +35,18 @@ def regression_data(n=256, features=8, seed=0):
     w = rng.normal(size=(features, 1)).astype("float32")
     y = (x @ w + 0.1 * rng.normal(size=(n, 1))).astype("float32")
     return x, y
+
+
+def click_model(inputs, features, hidden_units: int, learning_rate: float):
+    """The click model of the Keras-file scripts: ``features`` through Dense(tanh) "hidden" and
+    Dense(1, sigmoid) "out", seeded (the same start on every worker and in every run),
+    compiled with Adagrad. Called in the strategy's scope."""
+    import keras
+
+    hidden = keras.layers.Dense(hidden_units, activation="tanh", name="hidden",
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=5))(features)
+    outputs = keras.layers.Dense(1, activation="sigmoid", name="out",
+                                 kernel_initializer=keras.initializers.GlorotUniform(seed=7))(hidden)
+    model = keras.Model(inputs, outputs)
+    model.compile(keras.optimizers.Adagrad(learning_rate), "binary_crossentropy")
+    return model

@@ -83,7 +83,7 @@ class Entry(ctypes.Structure):
                 ("output", ctypes.c_void_p), ("alloc", ALLOC_FN), ("alloc_arg", ctypes.c_void_p),
                 ("done", DONE_FN), ("done_arg", ctypes.c_void_p), ("nsplits", ctypes.c_int32),
                 ("splits", ctypes.POINTER(ctypes.c_int64)),
-                ("received_splits", ctypes.POINTER(ctypes.c_int64))]
+                ("received_splits", ctypes.POINTER(ctypes.c_int64)), ("mean_divisor", ctypes.c_int64)]
 
 
 def _bfloat16():

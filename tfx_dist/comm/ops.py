@@ -51,17 +51,20 @@ class _Interruptible:
         return call
 
 
-def all_reduce(tensors, communicator, reduction: str = "sum", name: str | None = None) -> list:
+def all_reduce(tensors, communicator, reduction: str = "sum", name: str | None = None,
+               mean_divisor: int = 0) -> list:
     """All-reduces a list of tensors across the processes of ``communicator``.
 
     Args:
       tensors: tensors of float16, bfloat16, float32, float64, int32 or int64
         (any mix); all tensors of one call are negotiated and fused together.
       communicator: a `tfx_dist.comm.Communicator`.
-      reduction: ``"sum"``, ``"mean"``, ``"min"`` or ``"max"`` (integer mean
-        truncates).
+      reduction: ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``. The mean divides
+        as TensorFlow's ``/`` (floats) and ``//`` (integers, rounding down).
       name: identifies the call across processes; default derived from the
         graph (see `tfx_dist.comm.naming`).
+      mean_divisor: what the mean divides the sum by (e.g. the replicas of
+        every process); 0: the number of processes. The same on every process.
 
     Returns:
       A list of tensors, the reductions, with the inputs' shapes and dtypes.
@@ -75,7 +78,7 @@ def all_reduce(tensors, communicator, reduction: str = "sum", name: str | None =
         return []
     out = _lib().tfx_all_reduce(tensors, communicator_id=communicator.handle, reduction=reduction,
                                 names=naming.collective_names("allreduce", len(tensors), name),
-                                compression=communicator.compression)
+                                compression=communicator.compression, mean_divisor=mean_divisor)
     return list(out)
 
 

@@ -118,11 +118,12 @@ _KERAS_EXTRAS = {
 }
 
 
-def optimizer_from_keras(optimizer) -> Optimizer:
+def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
     """The store's optimizer for a Keras SGD, Adagrad, Adam or Ftrl instance (same hyperparameters).
 
     Clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) is Keras's to
-    do before the gradient reaches the store, so it is allowed.
+    do before the gradient reaches the store, so it is allowed. ``trained``
+    names what it trains in an error ("ShardedEmbedding 'items' on parameter servers").
 
     Raises:
       ValueError: another optimizer class (subclasses such as AdamW included),
@@ -130,12 +131,13 @@ def optimizer_from_keras(optimizer) -> Optimizer:
     """
     name = type(optimizer).__name__
     cls = {"SGD": SGD, "Adagrad": Adagrad, "Adam": Adam, "Ftrl": Ftrl}.get(name)
+    prefix = f"{trained}: " if trained else ""
     if cls is None:
-        raise ValueError(f"Embedding tables are trained by the store's copies of Keras's SGD, "
+        raise ValueError(f"{prefix}Embedding tables are trained by the store's copies of Keras's SGD, "
                          f"Adagrad, Adam and Ftrl. Received: optimizer={name}")
     for attribute, what in _KERAS_EXTRAS.items():
         if getattr(optimizer, attribute, None):
-            raise ValueError(f"Embedding tables do not support {what} (`{attribute}=` of {name}): "
+            raise ValueError(f"{prefix}Embedding tables do not support {what} (`{attribute}=` of {name}): "
                              f"the store applies only the update rule. Received: "
                              f"{attribute}={getattr(optimizer, attribute)!r}")
     # Attributes, not get_config(): this runs while Keras traces a step, where

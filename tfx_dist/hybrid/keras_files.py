@@ -45,7 +45,7 @@ def save(table, store) -> None:
     record_shape = (1 + shard.num_slots, table.dim)
     dataset = None
     if rank == chief:
-        dataset = keras_file.create(store, table.name, table.input_dim, record_shape, table._optimizer)
+        dataset = keras_file.create(store, table.name, table.input_dim, record_shape, table.optimizer_rule)
     else:
         keras_file.note_not_writer(store, f"worker rank {rank}")
     step = keras_file.chunk_rows(int(np.prod(record_shape)))

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from tfx_dist.layers import row_ops
-from tfx_dist.tables import keras_file, local
+from tfx_dist.tables import keras_file, local, optimizer_state
 
 _COMBINERS = (None, "sum", "mean", "sqrtn")
 _PLACEMENTS = (None, "sharded", "replicated")
@@ -84,6 +84,7 @@ class ShardedEmbedding(keras.layers.Layer):
 
     def build(self, input_shape=None):
         self.table = local.create(self)
+        optimizer_state.install()  # Keras files of other placements load with compile=True
         self.built = True
 
     def call(self, inputs):

@@ -13,6 +13,7 @@ import functools
 from tfx_dist import _native as native
 from tfx_dist import errors
 from tfx_dist.embedding import _native as store
+from tfx_dist.embedding import store as store_rules
 
 _i64_p = ctypes.POINTER(ctypes.c_int64)
 _f32_p = ctypes.POINTER(ctypes.c_float)
@@ -61,10 +62,6 @@ def call(fn, *args) -> None:
     native.call(fn, *args, raise_as=PS_ERRORS.error)
 
 
-def check(code: int, err) -> None:
-    """Raises the ParameterServerError of a call made with ``err = error_buffer()`` that returned ``code``."""
-    if code != 0:
-        raise PS_ERRORS.error(code, err.value)
-
-
-error_buffer = native.error_buffer
+def set_optimizer(client_id: int, table_id: int, rule) -> None:
+    """Tells every server that ``rule`` (an ``embedding.store`` optimizer) trains the table."""
+    call(lib().tfx_ps_set_optimizer, client_id, table_id, ctypes.byref(store_rules.optimizer_config(rule)))

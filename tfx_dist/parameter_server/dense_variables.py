@@ -39,6 +39,7 @@ import tensorflow as tf
 
 from tfx_dist import _ops
 from tfx_dist.embedding import store
+from tfx_dist.embedding.trained import TrainedByStore
 from tfx_dist.parameter_server import _native, table_checkpoint
 
 # Floats per row: large enough that a request carries few ids, small enough
@@ -78,7 +79,7 @@ class Placement:
         return start
 
 
-class DenseTable:
+class DenseTable(TrainedByStore):
     """One dense variable's rows on the servers."""
 
     def __init__(self, variable, client_id: int, table_id: int, placement: Placement,
@@ -97,15 +98,13 @@ class DenseTable:
         self.num_servers = len(placement.floats)
         self.table_id = table_id
         self._client_id = client_id
-        self._rule = store.SGD()
+        self.optimizer_rule = store.SGD()
         # What the servers hold, as far as this worker knows: (value, this worker's step
         # count then); an eager assignment of the same value sends nothing.
         self._held = None
         config = store.table_config(self.dim, self.num_rows, 0, 1, self.name, table_id, 0,
                                     store.Zeros(), store.SGD())
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_create_table(client_id, ctypes.byref(config), err,
-                                                         _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_create_table, client_id, ctypes.byref(config))
 
     @property
     def ids(self) -> np.ndarray:
@@ -143,25 +142,11 @@ class DenseTable:
 
     # -- values and optimizer --------------------------------------------------------------------
 
-    def set_optimizer(self, optimizer) -> None:
-        try:
-            rule = store.optimizer_from_keras(optimizer)
-        except ValueError as e:
-            raise ValueError(f"Dense variable '{self.variable.path}' on parameter servers: {e}") from None
-        self._set_rule(rule)
+    def _trained(self) -> str:
+        return f"Dense variable '{self.variable.path}' on parameter servers"
 
-    def _set_rule(self, rule) -> None:
-        if rule == self._rule:
-            return
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_set_optimizer(
-            self._client_id, self.table_id, ctypes.byref(store.optimizer_config(rule)), err,
-            _native.ERR_LEN), err)
-        self._rule = rule
-
-    @property
-    def optimizer_rule(self):
-        return self._rule
+    def _use_rule(self, rule) -> None:
+        _native.set_optimizer(self._client_id, self.table_id, rule)
 
     def _steps(self) -> int:
         return int(_native.lib().tfx_ps_steps(self._client_id))
@@ -196,11 +181,9 @@ class DenseTable:
         flat = np.zeros(self.num_chunks * self.dim, np.float32)
         flat[:self.size] = np.asarray(value, np.float32).reshape(-1)
         ids = self.ids
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_assign(
-            self._client_id, self.table_id, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(ids),
-            flat.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 0, ASSIGN_CHUNK_BYTES, err,
-            _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_assign, self._client_id, self.table_id,
+                     ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(ids),
+                     flat.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 0, ASSIGN_CHUNK_BYTES)
         self._held = (flat[:self.size].reshape(self.shape), self._steps())
 
 

@@ -22,13 +22,12 @@ def serve(info: ClusterInfo, synchronous: bool, timeout_s: float | None = None) 
     server = ServiceServer(info.task_index, servers, info.num_workers, timeout_s=timeout_s,
                            client_labels=labels)
     try:
-        err = _native.error_buffer()
-        code = _native.lib().tfx_ps_serve(server.handle, info.task_index, len(servers), info.num_workers,
-                                          int(synchronous), timeout_s, err, _native.ERR_LEN)
+        _native.call(_native.lib().tfx_ps_serve, server.handle, info.task_index, len(servers),
+                     info.num_workers, int(synchronous), timeout_s)
+    except _native.ParameterServerError as e:
+        print(f"tfx_dist parameter server {info.task_index} ({servers[info.task_index]}): {e}",
+              file=sys.stderr, flush=True)
+        return 1
     finally:
         server.close()
-    if code != 0:
-        print(f"tfx_dist parameter server {info.task_index} ({servers[info.task_index]}): "
-              f"{err.value.decode('utf-8', 'replace')}", file=sys.stderr, flush=True)
-        return 1
     return 0

@@ -104,9 +104,7 @@ def save_on_servers(client_id: int, table_id: int, prefix: str) -> int:
     for stale in existing_shards(prefix):
         tf.io.gfile.remove(stale)
     applies = ctypes.c_int64(0)
-    err = _native.error_buffer()
-    _native.check(_native.lib().tfx_ps_save(client_id, table_id, prefix.encode(),
-                                             ctypes.byref(applies), err, _native.ERR_LEN), err)
+    _native.call(_native.lib().tfx_ps_save, client_id, table_id, prefix.encode(), ctypes.byref(applies))
     return applies.value
 
 
@@ -116,6 +114,4 @@ def restore_on_servers(client_id: int, table_id: int, paths: list[str], applies:
     it)."""
     encoded = [p.encode() for p in paths]
     array = (ctypes.c_char_p * len(encoded))(*encoded)
-    err = _native.error_buffer()
-    _native.check(_native.lib().tfx_ps_restore(client_id, table_id, array, len(encoded), applies,
-                                                err, _native.ERR_LEN), err)
+    _native.call(_native.lib().tfx_ps_restore, client_id, table_id, array, len(encoded), applies)

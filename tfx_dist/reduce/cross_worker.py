@@ -11,10 +11,17 @@
 3. *broadcast*: the result is copied to the destination devices.
 
 Terms: a *transport* is any object with ``rank``, ``size`` and the three
-collectives ``all_reduce(tensors, reduction, name)``, ``all_gather(tensor,
-name)`` (concatenates along dim 0; dim 0 may differ between ranks) and
-``broadcast(tensors, root, name)``, each usable eagerly and inside
-``tf.function``.
+collectives ``all_reduce(tensors, reduction, name, mean_divisor)``,
+``all_gather(tensor, name)`` (concatenates along dim 0; dim 0 may differ
+between ranks) and ``broadcast(tensors, root, name)``, each usable eagerly and
+inside ``tf.function``.
+
+MEAN: the mean over every replica of the job is the sum over workers divided
+by the number of replicas of all of them; the transport's ``"mean"`` divides by
+``mean_divisor`` (the runtime, as TensorFlow's ``/`` for floats and ``//`` for
+integers). Only what no transport mean produces in its own dtype is divided
+here, the same way (`_local_mean`): a job of one worker, the rows of
+`tf.IndexedSlices` (gathered, not reduced) and dtypes carried in a wider one.
 
 Ordering: with a transport that matches collectives across ranks by name,
 whatever order each rank issues them in (``orders_collectives = True``; the
@@ -39,18 +46,20 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.reduce.cross_device import FusedAllReduce, merge_duplicate_rows, reduction_name
-from tfx_dist.reduce.dtype_encoding import encode_for_move, encode_for_reduce
+from tfx_dist.reduce.dtype_encoding import encode_for_move, encode_for_reduce, reduced_as_is
 
 _SUM = tf.distribute.ReduceOp.SUM
 
 
-def _divide(value, n: int):
-    """``value / n`` keeping the dtype (integer division for integer dtypes)."""
-    if isinstance(value, tf.IndexedSlices):
-        return tf.IndexedSlices(_divide(value.values, n), value.indices, value.dense_shape)
-    if value.dtype.is_integer:
-        return value // tf.cast(n, value.dtype)
-    return value / tf.cast(n, value.dtype)
+def _local_mean(total, n: int):
+    """``total / n`` in its dtype, as the runtime's mean divides (``//`` for integers)."""
+    if n == 1:
+        return total
+    if isinstance(total, tf.IndexedSlices):
+        return tf.IndexedSlices(_local_mean(total.values, n), total.indices, total.dense_shape)
+    if total.dtype.is_integer:
+        return total // tf.cast(n, total.dtype)
+    return total / tf.cast(n, total.dtype)
 
 
 class CommTransport:
@@ -77,9 +86,9 @@ class CommTransport:
 
         return cls(Communicator(rank, size, list(addresses), timeout_s=timeout_s))
 
-    def all_reduce(self, tensors, reduction="sum", name=None):
+    def all_reduce(self, tensors, reduction="sum", name=None, mean_divisor=0):
         return self._ops.all_reduce(list(tensors), self.communicator, reduction=reduction,
-                                    name=name)
+                                    name=name, mean_divisor=mean_divisor)
 
     def all_gather(self, tensor, name=None):
         return self._ops.all_gather(tensor, self.communicator, name=name)
@@ -180,15 +189,17 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
                            else total)
         return sums
 
-    def _cross_all_reduce(self, tensors):
-        """Sums each tensor of ``tensors`` across workers (one transport call)."""
+    def _cross_all_reduce(self, tensors, mean_divisor: int = 0):
+        """Sums each tensor of ``tensors`` across workers, or with ``mean_divisor`` divides
+        the sums by it (the transport does: one call)."""
         if self.transport.size == 1 or not tensors:
-            return list(tensors)
+            return [_local_mean(t, mean_divisor or 1) for t in tensors]
         encoded = [encode_for_reduce(tf.convert_to_tensor(t)) for t in tensors]
         sent = [t for t, _ in encoded]
+        reduction = "mean" if mean_divisor else "sum"
         with tf.device(self.host_device or "/device:CPU:0"):
-            out = self._sequencer.run(
-                "all_reduce", lambda name: self.transport.all_reduce(sent, "sum", name=name))
+            out = self._sequencer.run("all_reduce", lambda name: self.transport.all_reduce(
+                sent, reduction, name=name, mean_divisor=mean_divisor))
         return [decode(o) for o, (_, decode) in zip(out, encoded)]
 
     def _cross_all_gather(self, tensor):
@@ -230,21 +241,28 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
             reduce_op, [(per_replica_value, destinations)], options)[0]
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
-        reduction = reduction_name(reduce_op)
+        mean = reduction_name(reduce_op) == "mean"
         local = self._local_sums([v for v, _ in value_destination_pairs])
-        dense = [i for i, t in enumerate(local) if not isinstance(t, tf.IndexedSlices)]
+        # A mean divides by the replicas of every worker (each has as many as this one).
+        replicas = [len(v.values) * self.transport.size for v, _ in value_destination_pairs]
+        # One transport call per divisor (a mean's is the job's replicas: one call), and
+        # one for the sums, of which means in a dtype carried as another are divided here.
+        calls = {}  # mean_divisor (0: a sum) -> indices of the dense values
+        for i, t in enumerate(local):
+            if not isinstance(t, tf.IndexedSlices):
+                by_transport = mean and reduced_as_is(t.dtype)
+                calls.setdefault(replicas[i] if by_transport else 0, []).append(i)
         reduced = list(local)
-        for i, t in zip(dense, self._cross_all_reduce([local[i] for i in dense])):
-            reduced[i] = t
+        for divisor, members in calls.items():
+            for i, t in zip(members, self._cross_all_reduce([local[i] for i in members], divisor)):
+                reduced[i] = _local_mean(t, replicas[i]) if mean and not divisor else t
         for i, t in enumerate(local):
             if isinstance(t, tf.IndexedSlices):
                 reduced[i] = self._cross_gather_slices(t)
-        results = []
-        for (value, destinations), total in zip(value_destination_pairs, reduced):
-            if reduction == "mean":
-                total = _divide(total, len(value.values) * self.transport.size)
-            results.append(self._to_destinations(total, destinations))
-        return results
+                if mean:
+                    reduced[i] = _local_mean(reduced[i], replicas[i])
+        return [self._to_destinations(total, destinations)
+                for (_, destinations), total in zip(value_destination_pairs, reduced)]
 
     def _gather_implementation(self, per_replica_value, destinations, axis, options):
         values = list(per_replica_value.values)

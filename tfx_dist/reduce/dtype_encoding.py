@@ -12,6 +12,11 @@ _REDUCE_AS = {tf.bool: tf.int32, tf.int8: tf.int32, tf.int16: tf.int32, tf.uint8
               tf.uint16: tf.int32, tf.uint32: tf.int64}
 
 
+def reduced_as_is(dtype) -> bool:
+    """Whether tfx_dist's collectives reduce ``dtype`` itself (not carried as another)."""
+    return dtype in _REDUCE_DTYPES
+
+
 def encode_for_reduce(t):
     """Returns (tensor the transport can sum, function that restores the dtype)."""
     if t.dtype in _REDUCE_DTYPES:

@@ -100,15 +100,17 @@ class HybridStrategy(MultiWorkerMirroredStrategy):
     replicated. With ``ps`` tasks (``tfx-dist-run -n 2 --ps 2 ...``) the tables
     live on the servers, as under `tfx_dist.ParameterServerStrategy`.
 
-    Example:
+    Example (a large table sharded over the workers, a small one replicated):
     ```python
     strategy = tfx_dist.HybridStrategy()
     with strategy.scope():
-        ids = keras.Input((3,), dtype="int64")
-        x = tfx_dist.layers.ShardedEmbedding(10_000_000, 64, combiner="mean")(ids)
-        model = keras.Model(ids, keras.layers.Dense(1, activation="sigmoid")(x))
+        users, items = keras.Input((1,), dtype="int64"), keras.Input((3,), dtype="int64")
+        u = tfx_dist.layers.ShardedEmbedding(50_000_000, 32, combiner="sum")(users)
+        i = tfx_dist.layers.ShardedEmbedding(1_000, 32, combiner="mean")(items)
+        out = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Concatenate()([u, i]))
+        model = keras.Model([users, items], out)
         model.compile("adagrad", "binary_crossentropy")
-    model.fit(dataset, epochs=3)
+    model.fit(dataset, epochs=3)  # dataset: ((user_ids, item_ids), labels)
     ```
 
     Sharded tables are trained by the embedding store's copies of Keras's SGD,

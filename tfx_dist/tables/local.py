@@ -45,6 +45,7 @@ class LocalTable:
         self.embeddings = layer.add_weight(
             shape=(layer.input_dim, layer.output_dim), initializer=layer.embeddings_initializer,
             name="embeddings", trainable=True)
+        protocol.mark_rows(self.embeddings, self)
 
     def lookup(self, unique_ids):
         checks = [

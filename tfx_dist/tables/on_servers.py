@@ -32,6 +32,7 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
+from tfx_dist.embedding.trained import TrainedByStore
 from tfx_dist.parameter_server import _native, keras_files, table_checkpoint
 from tfx_dist.tables import protocol
 from tfx_dist.tables.placement import Placement
@@ -56,7 +57,7 @@ def _table_lookup_grad(op, d_rows):
 tfc.auto_control_deps_utils.register_read_only_resource_op("TfxPsTableLookup")
 
 
-class RemoteTable(tfc.trackable_base.Trackable):
+class RemoteTable(tfc.trackable_base.Trackable, TrainedByStore):
     """The table of one `ShardedEmbedding` layer, sharded over the parameter servers.
 
     Args:
@@ -74,7 +75,6 @@ class RemoteTable(tfc.trackable_base.Trackable):
         self.dim = layer.output_dim
         self.table_id = table_id
         self._client_id = client_id
-        self._optimizer = None  # the store optimizer last sent to the servers
         # CheckpointManager's clean-up of old checkpoints deletes their shard files too.
         tfc.delete_with_checkpoints(table_checkpoint.SHARD_FILES_OF_CHECKPOINT)
         try:
@@ -86,9 +86,7 @@ class RemoteTable(tfc.trackable_base.Trackable):
         # Shard fields are the servers' to fill; the optimizer comes when known.
         config = store.table_config(layer.output_dim, layer.input_dim, 0, 1, layer.name, table_id, seed,
                                     initializer, store.SGD())
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_create_table(client_id, ctypes.byref(config), err,
-                                                        _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_create_table, client_id, ctypes.byref(config))
         # Keras trains what it finds in trainable_weights: the anchor is the
         # table's stand-in there. Its own value never changes.
         self.anchor = layer.add_weight(shape=(), initializer="zeros", name="ps_anchor", trainable=True)
@@ -110,22 +108,11 @@ class RemoteTable(tfc.trackable_base.Trackable):
                                               client_id=self._client_id, table_id=self.table_id,
                                               dim=self.dim)
 
-    def set_optimizer(self, optimizer) -> None:
-        """Tells the servers which rule trains this table (once per optimizer)."""
-        try:
-            rule = store.optimizer_from_keras(optimizer)
-        except ValueError as e:
-            raise ValueError(f"ShardedEmbedding '{self.name}' on parameter servers: {e}") from None
-        self._set_rule(rule)
+    def _trained(self) -> str:
+        return f"ShardedEmbedding '{self.name}' on parameter servers"
 
-    def _set_rule(self, rule) -> None:
-        if rule == self._optimizer:
-            return
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_set_optimizer(
-            self._client_id, self.table_id, ctypes.byref(store.optimizer_config(rule)), err,
-            _native.ERR_LEN), err)
-        self._optimizer = rule
+    def _use_rule(self, rule) -> None:
+        _native.set_optimizer(self._client_id, self.table_id, rule)  # the servers keep its slots
 
     def push(self, gradient, learning_rate):
         """The op that sends this replica's gradient rows (`tf.IndexedSlices`) to the servers."""
@@ -138,11 +125,6 @@ class RemoteTable(tfc.trackable_base.Trackable):
                                       client_id=self._client_id, table_id=self.table_id)
 
     # -- checkpoints ---------------------------------------------------------------------------
-
-    @property
-    def optimizer_rule(self):
-        """The store optimizer rule the servers train (and keep slots for), or None."""
-        return self._optimizer
 
     def save_to_keras_store(self, store) -> None:
         """Keras's ``save_own_variables``: the rows and slots into the chief's file (`keras_files`)."""
@@ -186,7 +168,7 @@ class RemoteTable(tfc.trackable_base.Trackable):
                 applies = self.save(prefix)
         with tf.device("/cpu:0"):
             return {"shard_prefix": tf.constant(prefix), "applies": tf.constant(applies, tf.int64),
-                    "optimizer": tf.constant(table_checkpoint.encode_optimizer(self._optimizer))}
+                    "optimizer": tf.constant(table_checkpoint.encode_optimizer(self.optimizer_rule))}
 
     def _restore_from_tensors(self, restored_tensors):
         def restore(prefix, optimizer, applies):

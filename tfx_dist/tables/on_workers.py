@@ -33,6 +33,7 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
+from tfx_dist.embedding.trained import TrainedByStore
 from tfx_dist.hybrid import exchange, keras_files
 from tfx_dist.parameter_server import table_checkpoint
 from tfx_dist.tables import gradients, protocol
@@ -46,7 +47,7 @@ def _ops_lib():
     return _ops.load_op_library("_ps_ops")
 
 
-class WorkerShardedTable(tfc.trackable_base.Trackable):
+class WorkerShardedTable(tfc.trackable_base.Trackable, TrainedByStore):
     """The table of one `ShardedEmbedding` layer, one shard per worker.
 
     Args:
@@ -74,7 +75,6 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         self.rank, self.num_workers = rank, num_workers
         self._communicator = communicator
         self._is_chief = is_chief
-        self._optimizer = None  # the store rule the shard's slots belong to
         self._last_store_op = weakref.WeakKeyDictionary()  # graph -> this shard's last store op
         try:
             initializer = store.initializer_from_keras(layer.embeddings_initializer)
@@ -145,18 +145,11 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         return gradients.anchored_lookup(self.anchor, unique_ids, self._rows,
                                          tf.constant([self.input_dim, self.dim], tf.int64))
 
-    def set_optimizer(self, optimizer) -> None:
-        """Makes the shard train with the store's copy of a Keras optimizer (once per optimizer)."""
-        try:
-            rule = store.optimizer_from_keras(optimizer)
-        except ValueError as e:
-            raise ValueError(f"ShardedEmbedding '{self.name}' sharded over the workers: {e}") from None
-        self._set_rule(rule)
+    def _trained(self) -> str:
+        return f"ShardedEmbedding '{self.name}' sharded over the workers"
 
-    def _set_rule(self, rule) -> None:
-        if rule != self._optimizer:
-            self.shard.set_optimizer(rule)
-            self._optimizer = rule
+    def _use_rule(self, rule) -> None:
+        self.shard.set_optimizer(rule)  # this worker's shard keeps its slots
 
     def apply(self, gradient, learning_rate, step):
         """The op that sends this worker's gradient rows to their owners, which apply them.
@@ -215,7 +208,7 @@ class WorkerShardedTable(tfc.trackable_base.Trackable):
         with tf.device("/cpu:0"):
             # The parameter servers' names: a checkpoint of either restores into the other.
             return {"shard_prefix": tf.constant(prefix), "applies": tf.constant(0, tf.int64),
-                    "optimizer": tf.constant(table_checkpoint.encode_optimizer(self._optimizer))}
+                    "optimizer": tf.constant(table_checkpoint.encode_optimizer(self.optimizer_rule))}
 
     def _restore_from_tensors(self, restored_tensors):
         def restore(prefix, optimizer):

@@ -16,8 +16,10 @@ from typing import Protocol, runtime_checkable
 
 from tfx_dist.tables.placement import Placement
 
-# The one attribute that marks a variable as a table's anchor.
+# The one attribute that marks a variable as a table's anchor, and the one that
+# marks a local table's variable (its rows, which Keras's optimizer trains).
 _ANCHOR_ATTRIBUTE = "_tfx_table"
+_ROWS_ATTRIBUTE = "_tfx_table_rows"
 
 
 @runtime_checkable
@@ -60,6 +62,16 @@ def mark_anchor(anchor, table) -> None:
 def table_of(variable):
     """The table whose anchor ``variable`` is, or None."""
     return getattr(variable, _ANCHOR_ATTRIBUTE, None)
+
+
+def mark_rows(variable, table) -> None:
+    """Makes ``variable`` (a Keras trainable weight) known as ``table``'s rows."""
+    setattr(variable, _ROWS_ATTRIBUTE, table)
+
+
+def table_trained_through(variable):
+    """The table whose anchor or rows ``variable`` is (what Keras's optimizer trains), or None."""
+    return table_of(variable) or getattr(variable, _ROWS_ATTRIBUTE, None)
 
 
 def host_in_scope(strategy) -> TableHost | None:

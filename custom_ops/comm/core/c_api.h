@@ -133,6 +133,9 @@ typedef struct {
   int32_t nsplits;
   const int64_t* splits;
   int64_t* received_splits;
+  /* TFX_REDUCE_MEAN: the sum over ranks is divided by this (0: by the number
+   * of ranks); every rank must pass the same. */
+  int64_t mean_divisor;
 } tfx_entry;
 
 /* Creates a communicator; takes ownership of every fd. data_fds[size] (-1 at

@@ -36,6 +36,8 @@ Status ToEntry(const tfx_entry& in, int size, tfx::comm::Entry* out) {
   out->meta.op = static_cast<OpType>(in.op);
   out->meta.dtype = static_cast<DataType>(in.dtype);
   out->meta.reduction = static_cast<ReduceOp>(in.reduction);
+  if (in.mean_divisor < 0) return Status(Code::kInvalidArgument, "a mean's divisor must be >= 0 (0: the ranks)");
+  out->meta.mean_divisor = in.mean_divisor;
   out->meta.compression = static_cast<Compression>(in.compression);
   out->meta.root = in.root;
   out->meta.shape.assign(in.dims, in.dims + in.ndims);

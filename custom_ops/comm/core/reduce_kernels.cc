@@ -99,14 +99,21 @@ ReduceFn ForOp(DataType dtype) {
   return nullptr;
 }
 
+// TensorFlow's `/` for floats (a true division, not a product with 1/divisor,
+// which can differ in the last bit) and its `//` for integers (rounding down,
+// where C++ truncates towards zero): the strategies' MEAN has always been
+// `sum / n` and `sum // n` in TensorFlow, and stays bit for bit the same.
 template <typename T>
 void ScalePlain(void* buf, size_t n, int64_t divisor) {
   T* p = static_cast<T*>(buf);
+  const T d = static_cast<T>(divisor);
   if constexpr (std::is_floating_point_v<T>) {
-    const T inv = T(1) / static_cast<T>(divisor);
-    for (size_t i = 0; i < n; ++i) p[i] *= inv;
+    for (size_t i = 0; i < n; ++i) p[i] /= d;
   } else {
-    for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / divisor);
+    for (size_t i = 0; i < n; ++i) {
+      const T q = p[i] / d;
+      p[i] = (p[i] % d != 0 && p[i] < 0) ? q - 1 : q;  // d > 0
+    }
   }
 }
 

@@ -18,7 +18,9 @@ using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t n);
 // a sum followed by Scale). Null for combinations that do not exist (uint8).
 ReduceFn GetReduceFn(DataType dtype, ReduceOp op);
 
-// buf[i] /= divisor, in the element type (integers: truncating division).
+// buf[i] /= divisor (> 0) as TensorFlow divides: floats by a true division in
+// the element type (16-bit types through float, rounded to nearest even),
+// integers rounding down (tf.math.floordiv).
 void Scale(void* buf, size_t n, DataType dtype, int64_t divisor);
 
 // float32 <-> float16/bfloat16, for compression on the wire.

@@ -3,6 +3,19 @@
 
 namespace {
 
+// The entry of a one-tensor collective (float32[4]); the rest as the caller sets.
+tfx_entry OneTensor(const char* name, int32_t op, const int64_t* dims, const void* in, void* out) {
+  tfx_entry e{};
+  e.name = name;
+  e.op = op;
+  e.dtype = TFX_DTYPE_FLOAT32;
+  e.ndims = 1;
+  e.dims = dims;
+  e.input = in;
+  e.output = out;
+  return e;
+}
+
 void TestCApi() {
   const tfx_comm_options d = tfx_comm_default_options();
   const CommunicatorOptions core;
@@ -22,13 +35,7 @@ void TestCApi() {
     int64_t got[1] = {-1};
     const int64_t dims[1] = {4};
     auto submit = [&](int32_t nsplits, const int64_t* splits) {
-      tfx_entry e{};
-      e.name = "bad";
-      e.op = TFX_OP_ALLTOALL;
-      e.dtype = TFX_DTYPE_FLOAT32;
-      e.ndims = 1;
-      e.dims = dims;
-      e.input = in;
+      tfx_entry e = OneTensor("bad", TFX_OP_ALLTOALL, dims, in, nullptr);
       e.alloc = [](void*, int64_t) -> void* { return nullptr; };
       e.done = [](void*, int32_t, const char*) {};
       e.nsplits = nsplits;
@@ -43,6 +50,14 @@ void TestCApi() {
           submit(1, three));
     CHECK(submit(1, negative).find("must be >= 0") != std::string::npos, submit(1, negative));
     CHECK(submit(2, two).find("one split per rank (1); got 2") != std::string::npos, submit(2, two));
+    float out[4] = {0};
+    tfx_entry mean = OneTensor("mean", TFX_OP_ALLREDUCE, dims, in, out);
+    mean.reduction = TFX_REDUCE_MEAN;
+    mean.mean_divisor = -2;
+    mean.done = [](void*, int32_t, const char*) {};
+    CHECK(tfx_comm_submit(id, &mean, 1, why, sizeof(why)) == TFX_STATUS_INVALID_ARGUMENT &&
+              std::string(why).find("divisor must be >= 0") != std::string::npos,
+          why);
     tfx_comm_destroy(id);
   }
   tfx_comm_options bad = d;
@@ -70,14 +85,7 @@ void TestTimeline() {
   if (id <= 0) return;
   float in[4] = {1, 2, 3, 4}, out[4] = {0};
   const int64_t dims[1] = {4};
-  tfx_entry e{};
-  e.name = "timeline.tensor";
-  e.op = TFX_OP_ALLREDUCE;
-  e.dtype = TFX_DTYPE_FLOAT32;
-  e.ndims = 1;
-  e.dims = dims;
-  e.input = in;
-  e.output = out;
+  tfx_entry e = OneTensor("timeline.tensor", TFX_OP_ALLREDUCE, dims, in, out);
   CHECK(tfx_comm_run(id, &e, 1, nullptr, nullptr, err, sizeof(err)) == 0, err);
   CHECK(out[3] == 4.0f, "one-rank all-reduce");
   tfx_comm_destroy(id);

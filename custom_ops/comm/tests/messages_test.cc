@@ -11,6 +11,7 @@ void TestMessages() {
   std::vector<EntryMeta> metas{Meta("a#0", OpType::kAllreduce, DataType::kBFloat16, {2, 3}),
                                Meta("b#1", OpType::kBroadcast, DataType::kUInt8, {})};
   metas[0].reduction = ReduceOp::kMax;
+  metas[0].mean_divisor = 12;
   metas[0].compression = Compression::kFloat16;
   metas[1].root = 5;
   const std::string ready = EncodeReady(metas);
@@ -18,7 +19,7 @@ void TestMessages() {
   CHECK(DecodeReady(ready, &back).ok() && back.size() == 2, "READY round trip");
   if (back.size() == 2) {
     CHECK(back[0].key == "a#0" && back[0].shape == metas[0].shape && back[0].reduction == ReduceOp::kMax &&
-              back[0].compression == Compression::kFloat16 && back[0].dtype == DataType::kBFloat16,
+              back[0].mean_divisor == 12 && back[0].compression == Compression::kFloat16 && back[0].dtype == DataType::kBFloat16,
           "READY fields");
     CHECK(back[1].op == OpType::kBroadcast && back[1].root == 5 && back[1].shape.empty(), "READY fields 2");
   }

@@ -1,63 +1,110 @@
 // Negotiation through the runtime: ranks that disagree, a rank that never
 // submits, and Horovod's join.
+#include <functional>
+
 #include "custom_ops/comm/tests/runtime_job.h"
 
 namespace {
+
+// Ranks 0..ranks-1 of `job` each submit make(r, latch); each must fail with
+// `code` and a message that contains `text`.
+void ExpectEachFails(Job& job, int ranks, const std::function<Entry(int, Latch*)>& make, Code code,
+                     const std::string& text) {
+  Latch latch;
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<Entry> es;
+    es.push_back(make(r, &latch));
+    job[r].Submit(std::move(es));
+  }
+  latch.Wait();
+  for (const Status& s : latch.statuses) {
+    CHECK(s.code() == code, s.message());
+    CHECK(s.message().find(text) != std::string::npos, s.message());
+  }
+}
 
 // Ranks that disagree get an error naming each view; the job survives it.
 // A rank that never submits times the others out.
 void TestNegotiationThroughTheRuntime() {
   Job job = MakeJob(3, true, /*timeout_s=*/0.5);
-  {
-    Latch latch;
-    std::vector<std::vector<float>> bufs(3, std::vector<float>(5, 1.0f));
-    for (int r = 0; r < 3; ++r) {
-      std::vector<Entry> es;
-      es.push_back(MakeEntry("x", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {r == 2 ? 5 : 4},
-                             bufs[r].data(), bufs[r].data(), &latch));
-      job[r].Submit(std::move(es));
-    }
-    latch.Wait();
-    for (const Status& s : latch.statuses) {
-      CHECK(s.code() == Code::kFailedPrecondition, s.message());
-      CHECK(s.message().find("rank 2 submitted allreduce float32[5] sum") != std::string::npos, s.message());
-    }
-  }
-  {
-    Latch latch;
-    std::vector<std::vector<float>> bufs(2, std::vector<float>(4, 1.0f));
-    for (int r = 0; r < 2; ++r) {
-      std::vector<Entry> es;
-      es.push_back(MakeEntry("lonely", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {4},
-                             bufs[r].data(), bufs[r].data(), &latch));
-      job[r].Submit(std::move(es));
-    }
-    latch.Wait();
-    for (const Status& s : latch.statuses) {
-      CHECK(s.code() == Code::kDeadlineExceeded, s.message());
-      CHECK(s.message().find("rank 2 to submit") != std::string::npos, s.message());
-    }
-  }
-  {  // all-to-all with different trailing dimensions: a mismatch on every rank
-    Latch latch;
-    std::vector<std::vector<float>> bufs(3, std::vector<float>(12, 1.0f));
-    for (int r = 0; r < 3; ++r) {
-      std::vector<Entry> es;
-      es.push_back(MakeEntry("a2a", OpType::kAlltoall, DataType::kFloat32, ReduceOp::kSum, {3, r == 1 ? 4 : 2},
-                             bufs[r].data(), nullptr, &latch));
-      es.back().meta.splits = {1, 1, 1};
-      es.back().allocate = [](int64_t) -> void* { return nullptr; };
-      job[r].Submit(std::move(es));
-    }
-    latch.Wait();
-    for (const Status& s : latch.statuses) {
-      CHECK(s.code() == Code::kFailedPrecondition, s.message());
-      CHECK(s.message().find("rank 1 submitted alltoall float32[3,4] splits=[1,1,1]") != std::string::npos,
-            s.message());
-    }
-  }
+  std::vector<std::vector<float>> bufs(3, std::vector<float>(12, 1.0f));
+  ExpectEachFails(
+      job, 3,
+      [&](int r, Latch* latch) {
+        return MakeEntry("x", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {r == 2 ? 5 : 4},
+                         bufs[r].data(), bufs[r].data(), latch);
+      },
+      Code::kFailedPrecondition, "rank 2 submitted allreduce float32[5] sum");
+  ExpectEachFails(
+      job, 2,
+      [&](int r, Latch* latch) {
+        return MakeEntry("lonely", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {4}, bufs[r].data(),
+                         bufs[r].data(), latch);
+      },
+      Code::kDeadlineExceeded, "rank 2 to submit");
+  ExpectEachFails(  // all-to-all with different trailing dimensions: a mismatch on every rank
+      job, 3,
+      [&](int r, Latch* latch) {
+        Entry e = MakeEntry("a2a", OpType::kAlltoall, DataType::kFloat32, ReduceOp::kSum, {3, r == 1 ? 4 : 2},
+                            bufs[r].data(), nullptr, latch);
+        e.meta.splits = {1, 1, 1};
+        e.allocate = [](int64_t) -> void* { return nullptr; };
+        return e;
+      },
+      Code::kFailedPrecondition, "rank 1 submitted alltoall float32[3,4] splits=[1,1,1]");
+  ExpectEachFails(  // means whose divisors differ
+      job, 3,
+      [&](int r, Latch* latch) {
+        Entry e = MakeEntry("d", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kMean, {4}, bufs[r].data(),
+                            bufs[r].data(), latch);
+        e.meta.mean_divisor = r == 1 ? 3 : 6;
+        return e;
+      },
+      Code::kFailedPrecondition, "rank 1 submitted allreduce float32[4] mean divisor=3");
   int round = 100;
   TestAllreduce(job, true, {7}, false, &round);  // still usable
+}
+
+// A mean with a divisor (a strategy's replicas across ranks): the sum over
+// ranks divided by it, as TensorFlow's / (floats) and // (integers, rounding
+// down: -7 // 6 is -2 where C++ gives -1), fused with other tensors of the
+// same divisor; the number of ranks when 0.
+void TestMeanDivisor() {
+  Job job = MakeJob(3, true, /*timeout_s=*/20.0);
+  Latch latch;
+  const int32_t ints[3][4] = {{-7, 5, 0, -1}, {-1, 2, 6, -3}, {1, 1, 6, 0}};  // sums -7, 8, 12, -4
+  const float floats[3][3] = {{0.1f, -2.0f, 1e-3f}, {0.7f, 3.0f, 2e-3f}, {0.3f, 0.5f, 4e-3f}};
+  std::vector<std::vector<int32_t>> ibufs(3), dbufs(3);
+  std::vector<std::vector<float>> fbufs(3);
+  for (int r = 0; r < 3; ++r) {
+    ibufs[r].assign(ints[r], ints[r] + 4);
+    dbufs[r].assign(ints[r], ints[r] + 4);
+    fbufs[r].assign(floats[r], floats[r] + 3);
+    std::vector<Entry> es;
+    es.push_back(MakeEntry("i", OpType::kAllreduce, DataType::kInt32, ReduceOp::kMean, {4}, ibufs[r].data(),
+                           ibufs[r].data(), &latch));
+    es.back().meta.mean_divisor = 6;
+    es.push_back(MakeEntry("f", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kMean, {3}, fbufs[r].data(),
+                           fbufs[r].data(), &latch));
+    es.back().meta.mean_divisor = 6;
+    es.push_back(MakeEntry("ranks", OpType::kAllreduce, DataType::kInt32, ReduceOp::kMean, {4}, dbufs[r].data(),
+                           dbufs[r].data(), &latch));
+    job[r].Submit(std::move(es));
+  }
+  latch.Wait();
+  for (const Status& s : latch.statuses) CHECK(s.ok(), s.message());
+  const std::vector<int32_t> by_six{-2, 1, 2, -1}, by_ranks{-3, 2, 4, -2};
+  for (int r = 0; r < 3; ++r) {
+    CHECK(ibufs[r] == by_six, "int32 mean / 6 on rank " + std::to_string(r));
+    CHECK(dbufs[r] == by_ranks, "int32 mean / 3 ranks on rank " + std::to_string(r));
+    for (int i = 0; i < 3; ++i) {
+      // The ring adds in its own order; the division is exact-IEEE of that sum.
+      float sum = 0.0f;
+      for (int k = 0; k < 3; ++k) sum += floats[k][i];
+      CHECK(std::fabs(fbufs[r][i] - sum / 6.0f) <= 1e-6f * std::fabs(sum), "float32 mean / 6 on rank " +
+            std::to_string(r));
+    }
+  }
 }
 
 // Horovod's join: rank 2 joins first; ranks 0 and 1 go on all-reducing (rank
@@ -205,3 +252,5 @@ TEST(Negotiation, FailureIsFinalAndNamed) { TestFailureIsFinalAndNamed(); }
 TEST(Negotiation, MismatchAndTimeout) { TestNegotiationThroughTheRuntime(); }
 
 TEST(Negotiation, Join) { TestJoin(); }
+
+TEST(Negotiation, MeanDivisor) { TestMeanDivisor(); }

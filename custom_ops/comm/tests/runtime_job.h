@@ -187,7 +187,7 @@ double Reference(DataType dt, ReduceOp op, int n, size_t i) {
     acc = op == ReduceOp::kMin ? std::min(acc, v) : op == ReduceOp::kMax ? std::max(acc, v) : acc + v;
   }
   if (op != ReduceOp::kMean) return acc;
-  if (dt == DataType::kInt32 || dt == DataType::kInt64) return std::trunc(acc / n);
+  if (dt == DataType::kInt32 || dt == DataType::kInt64) return std::floor(acc / n);  // as TensorFlow's //
   return acc / n;
 }
 

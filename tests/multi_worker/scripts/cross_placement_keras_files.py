@@ -7,9 +7,12 @@ or no strategy at all: a local table), DIR (a folder every task shares), MODE:
     `model.save` (DIR/<strategy>.keras); report the predictions.
   load: for each file of another strategy (FROM, comma-separated), build the
     model under this one and `load_weights` it, then `keras.models.load_model`
-    its .keras (inside the strategy's scope, compile=False); report the predictions.
+    its .keras (inside the strategy's scope, compiled); report the predictions,
+    the tables whose optimizer state restarted (a warning), the optimizer's step
+    count and the losses of one more epoch of the loaded model.
 """
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -17,7 +20,7 @@ import tensorflow as tf
 
 import tfx_dist
 from tfx_dist.checkpointing import remove_temp_dirpath, write_filepath
-from worker_lib import report
+from worker_lib import click_model, report
 
 STRATEGY, MODE, DIR = os.environ["STRATEGY"], os.environ["MODE"], os.environ["DIR"]
 ROWS = 40
@@ -39,13 +42,7 @@ def build_model():
         inputs = keras.Input((3,), dtype="int64")
         x = tfx_dist.layers.ShardedEmbedding(ROWS, 4, combiner="mean", placement="sharded",
                                              name="items")(inputs)
-        x = keras.layers.Dense(4, activation="tanh", name="hidden",
-                               kernel_initializer=keras.initializers.GlorotUniform(seed=5))(x)
-        outputs = keras.layers.Dense(1, activation="sigmoid", name="out",
-                                     kernel_initializer=keras.initializers.GlorotUniform(seed=7))(x)
-        model = keras.Model(inputs, outputs)
-        model.compile(keras.optimizers.Adagrad(0.5), "binary_crossentropy")
-    return model
+        return click_model(inputs, x, hidden_units=4, learning_rate=0.5)
 
 
 def predictions(model):
@@ -63,6 +60,7 @@ if MODE == "save":
     model.fit(ids, labels, batch_size=32, epochs=1, shuffle=False, verbose=0)
     out["placement"] = model.get_layer("items").table.placement.value
     out["predictions"] = predictions(model)
+    out["iterations"] = int(model.optimizer.iterations.numpy())
     for name, save in ((f"{STRATEGY}.weights.h5", model.save_weights), (f"{STRATEGY}.keras", model.save)):
         target = write_filepath(path(name), strategy)  # a non-chief's: a temporary folder
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -74,9 +72,15 @@ else:
         out["placement"] = model.get_layer("items").table.placement.value
         model.load_weights(path(f"{source}.weights.h5"))
         out[f"{source}.weights.h5"] = predictions(model)
-        with strategy.scope():
-            # compile=False (serving): Keras's optimizer slots of the table's variable are
-            # placement-specific (an anchor's, or the whole table's); the rows are not.
-            loaded = keras.models.load_model(path(f"{source}.keras"), compile=False)
+        with strategy.scope(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # Keras's optimizer slots of the table's variable are placement-specific (an
+            # anchor's, or the whole table's): those of another placement restart.
+            loaded = keras.models.load_model(path(f"{source}.keras"))
         out[f"{source}.keras"] = predictions(loaded)
+        out[f"{source}.restarted"] = sorted(str(w.message).split("'")[1] for w in caught
+                                            if "optimizer state restarts" in str(w.message))
+        out[f"{source}.iterations"] = int(loaded.optimizer.iterations.numpy())
+        out[f"{source}.losses"] = loaded.fit(ids, labels, batch_size=32, epochs=1, shuffle=False,
+                                             verbose=0).history["loss"]
 report(out)

@@ -75,6 +75,34 @@ def gather_in_function(v):
 
 out["gather_fn"] = gather_in_function(values).numpy().tolist()
 
+
+# -- MEAN: the runtime divides by the job's replicas, as TensorFlow's / and // ------------
+def mean_inputs(ctx):
+    first = ctx.replica_id_in_sync_group == 0
+    return {"f32": tf.constant([0.1, -2.5, 7.3] if first else [0.7, 1.1, -0.2], tf.float32),
+            "f16": tf.constant([0.3, -1.7] if first else [1.9, 0.6], tf.float16),
+            "i32": tf.constant([-3, 5, -1, 4] if first else [0, 0, -2, 1], tf.int32),  # odd sums < 0
+            "i8": tf.constant([-3, 5] if first else [0, 0], tf.int8)}  # carried as int32
+
+
+mean_values = strategy.experimental_distribute_values_from_function(mean_inputs)
+mean_in_function = tf.function(lambda v: strategy.reduce("MEAN", v, axis=None))
+out["mean_eager"] = {k: v.numpy().tolist()
+                     for k, v in strategy.reduce("MEAN", mean_values, axis=None).items()}
+out["mean_graph"] = {k: v.numpy().tolist() for k, v in mean_in_function(mean_values).items()}
+mean_graph = mean_in_function.get_concrete_function(mean_values).graph
+out["mean_ops"] = sorted([op.get_attr("reduction").decode(), op.get_attr("mean_divisor"), len(op.inputs)]
+                         for op in mean_graph.get_operations() if op.type == "TfxAllReduce")
+out["mean_divisions"] = sorted(op.type for op in mean_graph.get_operations()
+                               if op.type in ("RealDiv", "FloorDiv", "Div", "TruncateDiv"))
+from tfx_dist.comm import ops as comm_ops  # noqa: E402
+try:  # ranks that disagree on the divisor: an error naming each view, on every rank
+    comm_ops.all_reduce([tf.ones([2])], strategy.extended._transport.communicator,  # noqa: SLF001
+                        reduction="mean", name="mean_mismatch", mean_divisor=2 + me)
+    out["mean_mismatch"] = "no error"
+except tf.errors.FailedPreconditionError as e:
+    out["mean_mismatch"] = str(e)
+
 # -- independent collectives in one graph: not chained, any order, right results ----------
 @tf.function
 def independent_collectives():

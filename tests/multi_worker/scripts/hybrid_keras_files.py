@@ -30,7 +30,7 @@ import tensorflow as tf
 import tfx_dist
 from tfx_dist.checkpointing import remove_temp_dirpath, write_filepath
 from tfx_dist.tables import keras_file
-from worker_lib import report
+from worker_lib import click_model, report
 
 MODE, DIR = os.environ["MODE"], os.environ["DIR"]
 ROWS, USERS, COLORS, GLOBAL_BATCH = 40, 30, 5, 32
@@ -64,14 +64,8 @@ def build_model():
                                                        embeddings_initializer="zeros"),
         }
         # tanh: the tables start at zeros, where a ReLU would pass them no gradient.
-        hidden = keras.layers.Concatenate()([tables[k](inputs[k]) for k in ("items", "colors", "users")])
-        hidden = keras.layers.Dense(8, activation="tanh", name="hidden",
-                                    kernel_initializer=keras.initializers.GlorotUniform(seed=5))(hidden)
-        outputs = keras.layers.Dense(1, activation="sigmoid", name="out",
-                                     kernel_initializer=keras.initializers.GlorotUniform(seed=7))(hidden)
-        model = keras.Model(inputs, outputs)
-        model.compile(keras.optimizers.Adagrad(0.3), "binary_crossentropy")
-    return model
+        features = keras.layers.Concatenate()([tables[k](inputs[k]) for k in ("items", "colors", "users")])
+        return click_model(inputs, features, hidden_units=8, learning_rate=0.3)
 
 
 def state(model):

@@ -209,11 +209,9 @@ if PHASE == "restore" and os.environ.get("DENSE") == "servers" and not DYNAMIC:
     if rank() == 0:
         all_ids = np.arange(ROWS, dtype=np.int64)
         values = (np.arange(ROWS * 4, dtype=np.float32).reshape(ROWS, 4) / 7).copy()
-        err = _native.error_buffer()
-        _native.check(_native.lib().tfx_ps_assign(
-            strategy.extended._ps_client, table.table.table_id,
-            all_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), ROWS,
-            values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 0, 100, err, _native.ERR_LEN), err)
+        _native.call(_native.lib().tfx_ps_assign, strategy.extended._ps_client, table.table.table_id,
+                     all_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), ROWS,
+                     values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 0, 100)
     strategy.extended.barrier()
     result["assigned_rows"] = table(np.arange(ROWS)[:, None].repeat(3, axis=1)).numpy().tolist()
 report(result)

@@ -24,11 +24,9 @@ table = layer.table
 ids = np.array([3, 17, 0, 38, 21], np.int64)  # both servers' rows, out of order
 
 c_rows = np.empty((len(ids), DIM), np.float32)
-err = _native.error_buffer()
-_native.check(_native.lib().tfx_ps_lookup(table._client_id, table.table_id,
-                                          ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(ids),
-                                          c_rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), err,
-                                          _native.ERR_LEN), err)
+_native.call(_native.lib().tfx_ps_lookup, table._client_id, table.table_id,
+             ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(ids),
+             c_rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
 lookup = tf.function(table.lookup)
 traced = lookup.get_concrete_function(tf.TensorSpec([None], tf.int64))
 weights = tf.constant(np.arange(len(ids) * DIM, dtype=np.float32).reshape(len(ids), DIM))

@@ -135,6 +135,7 @@ class CollectiveKernel : public AsyncOpKernel {
       e.nsplits = static_cast<int32_t>(state->splits.size());
       e.splits = state->splits.data();
       e.received_splits = received_splits;
+      e.mean_divisor = mean_divisor_;
     }
     // Plain submit: the runtime thread runs the collective and calls done.
     // Driving the runtime from this executor thread instead
@@ -149,6 +150,16 @@ class CollectiveKernel : public AsyncOpKernel {
       delete state;
       cb();
     }
+  }
+
+  // The ops that cut or join dimension 0 (`does` it) refuse a scalar: false
+  // once the op has failed and `done` ran.
+  static bool NotScalar(OpKernelContext* ctx, const DoneCallback& done, const std::string& op, const char* does) {
+    if (ctx->input(0).dims() >= 1) return true;
+    ctx->SetStatus(absl::InvalidArgumentError(op + " needs a tensor of rank >= 1 (it " + does +
+                                              " dimension 0); got a scalar"));
+    done();
+    return false;
   }
 
   bool AllocateLikeInputs(OpKernelContext* ctx) {
@@ -166,6 +177,7 @@ class CollectiveKernel : public AsyncOpKernel {
 
   int64_t comm_id_;
   std::vector<std::string> names_;
+  int64_t mean_divisor_ = 0;  // the all-reduce's (0: the number of ranks)
 };
 
 class TfxAllReduceOp : public CollectiveKernel {
@@ -174,6 +186,7 @@ class TfxAllReduceOp : public CollectiveKernel {
     std::string reduction, compression;
     OP_REQUIRES_OK(c, c->GetAttr("reduction", &reduction));
     OP_REQUIRES_OK(c, c->GetAttr("compression", &compression));
+    OP_REQUIRES_OK(c, c->GetAttr("mean_divisor", &mean_divisor_));
     reduction_ = ReductionCode(reduction);
     compression_ = CompressionCode(compression);
   }
@@ -190,10 +203,7 @@ class TfxAllGatherOp : public CollectiveKernel {
  public:
   using CollectiveKernel::CollectiveKernel;
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
-                      absl::InvalidArgumentError("TfxAllGather needs a tensor of rank >= 1 (it "
-                                                 "concatenates on dimension 0); got a scalar"),
-                      done);
+    if (!NotScalar(ctx, done, "TfxAllGather", "concatenates on")) return;
     Submit(ctx, std::move(done), TFX_OP_ALLGATHER, TFX_REDUCE_SUM, TFX_COMPRESSION_NONE, 0);
   }
 };
@@ -219,10 +229,7 @@ class TfxAllToAllOp : public CollectiveKernel {
  public:
   using CollectiveKernel::CollectiveKernel;
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
-                      absl::InvalidArgumentError("TfxAllToAll needs a tensor of rank >= 1 (it splits "
-                                                 "dimension 0); got a scalar"),
-                      done);
+    if (!NotScalar(ctx, done, "TfxAllToAll", "splits")) return;
     const Tensor& split_t = ctx->input(1);
     OP_REQUIRES_ASYNC(ctx, split_t.dims() == 1,
                       absl::InvalidArgumentError("TfxAllToAll: splits must be a vector, got shape " +
@@ -251,10 +258,7 @@ class TfxReduceScatterOp : public CollectiveKernel {
     reduction_ = ReductionCode(reduction);
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
-                      absl::InvalidArgumentError("TfxReduceScatter needs a tensor of rank >= 1 (it "
-                                                 "scatters dimension 0); got a scalar"),
-                      done);
+    if (!NotScalar(ctx, done, "TfxReduceScatter", "scatters")) return;
     Submit(ctx, std::move(done), TFX_OP_REDUCESCATTER, reduction_, TFX_COMPRESSION_NONE, 0);
   }
 

@@ -35,6 +35,7 @@ REGISTER_OP("TfxAllReduce")
     .Attr("T: list({half, bfloat16, float, double, int32, int64})")
     .Attr("communicator_id: int")
     .Attr("reduction: {'sum', 'mean', 'min', 'max'} = 'sum'")
+    .Attr("mean_divisor: int >= 0 = 0")
     .Attr("names: list(string)")
     .Attr("compression: {'none', 'float16', 'bfloat16'} = 'none'")
     .SetIsStateful()
@@ -42,8 +43,10 @@ REGISTER_OP("TfxAllReduce")
     .Doc(R"doc(
 All-reduces a list of tensors across the processes of a tfx_dist communicator.
 Every process must run an op with the same names (one per tensor, made by
-tfx_dist.comm.naming), dtypes and shapes; the
+tfx_dist.comm.naming), dtypes, shapes and mean_divisor; the
 runtime negotiates, fuses and executes them asynchronously.
+mean_divisor: 'mean' divides the sum by it (0: by the number of processes);
+floats by a true division, integers rounding down, as TensorFlow's / and //.
 )doc");
 
 REGISTER_OP("TfxAllGather")

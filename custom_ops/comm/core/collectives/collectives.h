@@ -26,7 +26,8 @@ struct CollectiveContext {
 };
 
 // out = reduction over ranks of in (count elements). out may equal in. kMean
-// divides by size at the end.
+// divides by size at the end (as Scale does; the executors divide by the
+// entries' mean_divisor instead).
 Status RingAllreduce(const CollectiveContext& ctx, const void* in, void* out, size_t count,
                      DataType dtype, ReduceOp op);
 

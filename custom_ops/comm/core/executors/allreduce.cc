@@ -1,7 +1,8 @@
 // All-reduce of one fusion bucket (same dtype, reduction and compression):
 // uncompressed, the ring works on the tensors where they lie plus one packed
 // run of the small ones (Packing); compressed, on the 16-bit copy of the
-// whole bucket (Compress). A mean is a sum scaled at the end. The ring is
+// whole bucket (Compress). A mean is a sum divided at the end (by the
+// entries' mean_divisor, the number of ranks by default). The ring is
 // the flat one in topology order, or the hierarchical all-reduce (within
 // hosts, across them, within them again) when ctx.hierarchical and the bucket
 // is at least ctx.hierarchical_min_bytes.
@@ -44,7 +45,8 @@ class AllreduceExecutor : public Executor {
       Decompress(entries, comp, wire);
     }
     if (m0.reduction == ReduceOp::kMean) {
-      for (Entry* e : entries) Scale(e->output, e->meta.num_elements(), m0.dtype, ctx.size);
+      const int64_t divisor = m0.MeanDivisor(ctx.size);  // one per bucket (AllreduceFuses)
+      for (Entry* e : entries) Scale(e->output, e->meta.num_elements(), m0.dtype, divisor);
     }
     return Status::Ok();
   }

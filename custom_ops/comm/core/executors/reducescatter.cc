@@ -44,7 +44,7 @@ class ReducescatterExecutor : public Executor {
     TFX_RETURN_IF_ERROR(RingAllreduce(ctx.RingOf(members, what, &deadline), whole, m.dtype, op,
                                       RingPhases::kScatterReduce, std::max<size_t>(row_elems, 1)));
     if (out_bytes > 0) std::memcpy(out, work + first * row_elems * elem, out_bytes);
-    if (m.reduction == ReduceOp::kMean) Scale(out, rows * row_elems, m.dtype, n);
+    if (m.reduction == ReduceOp::kMean) Scale(out, rows * row_elems, m.dtype, m.MeanDivisor(n));
     return Status::Ok();
   }
 };

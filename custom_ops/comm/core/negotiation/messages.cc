@@ -49,6 +49,7 @@ void PutMeta(Writer& w, const EntryMeta& m) {
   w.Put<uint8_t>(static_cast<uint8_t>(m.op));
   w.Put<int32_t>(static_cast<int32_t>(m.dtype));
   w.Put<int32_t>(static_cast<int32_t>(m.reduction));
+  w.Put<int64_t>(m.mean_divisor);
   w.Put<int32_t>(static_cast<int32_t>(m.compression));
   w.Put<int32_t>(m.root);
   w.Put<uint32_t>(static_cast<uint32_t>(m.shape.size()));
@@ -61,9 +62,9 @@ bool GetMeta(Reader& r, EntryMeta* m) {
   uint8_t op;
   int32_t dtype, red, comp;
   uint32_t ndims;
-  if (!r.GetString(&m->key) || !r.Get(&op) || !r.Get(&dtype) || !r.Get(&red) || !r.Get(&comp) ||
-      !r.Get(&m->root) || !r.Get(&ndims) || ndims > 64 || FindOp(op) == nullptr || !ValidDataType(dtype) ||
-      !ValidReduceOp(red) || !ValidCompression(comp))
+  if (!r.GetString(&m->key) || !r.Get(&op) || !r.Get(&dtype) || !r.Get(&red) || !r.Get(&m->mean_divisor) ||
+      !r.Get(&comp) || !r.Get(&m->root) || !r.Get(&ndims) || ndims > 64 || FindOp(op) == nullptr ||
+      !ValidDataType(dtype) || !ValidReduceOp(red) || m->mean_divisor < 0 || !ValidCompression(comp))
     return false;
   m->op = static_cast<OpType>(op);
   m->dtype = static_cast<DataType>(dtype);

@@ -11,13 +11,15 @@ std::string AllreduceCheckLocal(const EntryMeta& m, int) {
 }
 
 bool AllreduceAgree(const EntryMeta& a, const EntryMeta& b) {
-  return a.shape == b.shape && a.reduction == b.reduction && a.compression == b.compression;
+  return a.shape == b.shape && a.reduction == b.reduction && a.mean_divisor == b.mean_divisor &&
+         a.compression == b.compression;
 }
 
-// A bucket is reduced in one ring pass: one dtype, reduction and compression.
+// A bucket is reduced in one ring pass and scaled once: one dtype, reduction
+// (with its divisor) and compression.
 bool AllreduceFuses(const EntryMeta& first, const EntryMeta& next) {
   return first.dtype == next.dtype && first.reduction == next.reduction &&
-         first.compression == next.compression;
+         first.mean_divisor == next.mean_divisor && first.compression == next.compression;
 }
 
 // All but the first dimension (which may differ per rank).
@@ -84,7 +86,7 @@ std::string ReducescatterCheckLocal(const EntryMeta& m, int) {
 }
 
 bool ReducescatterAgree(const EntryMeta& a, const EntryMeta& b) {
-  return a.shape == b.shape && a.reduction == b.reduction;
+  return a.shape == b.shape && a.reduction == b.reduction && a.mean_divisor == b.mean_divisor;
 }
 
 // The answer (the last rank to join) lands in one int32.

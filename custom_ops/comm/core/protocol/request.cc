@@ -28,6 +28,7 @@ std::string EntryMeta::Describe() const {
   }
   if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
     s += std::string(" ") + ReduceOpName(reduction);
+    if (reduction == ReduceOp::kMean && mean_divisor > 0) s += " divisor=" + std::to_string(mean_divisor);
     if (compression != Compression::kNone) s += std::string(" compression=") + CompressionName(compression);
   }
   if (op == OpType::kBroadcast) s += " root=" + std::to_string(root);

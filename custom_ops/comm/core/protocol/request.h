@@ -26,12 +26,17 @@ struct EntryMeta {
   OpType op = OpType::kAllreduce;
   DataType dtype = DataType::kFloat32;
   ReduceOp reduction = ReduceOp::kSum;
+  // kMean divides the sum over ranks by this; 0: by the number of ranks. A
+  // strategy with several replicas per rank passes the number of replicas.
+  // Negotiated as the reduction is: ranks that disagree get an error.
+  int64_t mean_divisor = 0;
   Compression compression = Compression::kNone;
   int32_t root = 0;
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // all-to-all: rows to each rank (empty for the other ops)
 
   int64_t num_elements() const;
+  int64_t MeanDivisor(int size) const { return mean_divisor > 0 ? mean_divisor : size; }
   size_t bytes() const;
   std::string Describe() const;  // "allreduce float32[4,5] sum"
 };
