@@ -8,15 +8,50 @@ optimizer's strategy keeps optimizer state elsewhere (its extended is an
 ``save_optimizer_extras`` adds entries (named ``EXTRA_KEY_PREFIX...``) after
 Keras's, and its ``load_optimizer_extras`` reads them; Keras's own load sees
 its entries only (it skips a count that differs).
+
+It also lets a file whose tables lived on parameter servers or on the workers
+load into a model whose tables are Keras variables (a plain process): Keras
+saved the optimizer slots of those tables' scalar anchors, where this model's
+optimizer has slots of the table's shape. Those slots (registered with
+`fresh_slots_of`) keep their initial values, with a warning: the rows
+themselves come from the table's own entry.
 """
 
 from __future__ import annotations
 
 import abc
+import warnings
+
+import numpy as np
 
 from tfx_dist._tf_compat import replacements
 
 EXTRA_KEY_PREFIX = "tfx_ps_"  # the entries a strategy adds to the optimizer's
+# Keras's names of optimizer slots start with their variable's path, "/" made "_".
+_FRESH_SLOT_PREFIXES: set = set()
+
+
+def fresh_slots_of(variable_path: str) -> None:
+    """The optimizer slots of ``variable_path`` start fresh when a file holds a scalar anchor's."""
+    _FRESH_SLOT_PREFIXES.add(variable_path.replace("/", "_") + "_")
+    replacements.install()
+
+
+def _anchor_slots_left_fresh(optimizer, entries: dict) -> dict:
+    fresh = []
+    for i, variable in enumerate(optimizer.variables):
+        saved = entries.get(str(i))
+        slot_name = variable.path.split("/", 1)[-1]
+        if (saved is not None and np.shape(saved) == () and len(variable.shape) > 0
+                and any(slot_name.startswith(p) for p in _FRESH_SLOT_PREFIXES)):
+            entries[str(i)] = variable.numpy()
+            fresh.append(variable.path)
+    if fresh:
+        warnings.warn(f"The optimizer slots {fresh} start from their initial values: the file was "
+                      "saved with those tables on parameter servers or on the workers, whose "
+                      "optimizer state Keras's optimizer cannot take (the rows were loaded).",
+                      stacklevel=3)
+    return entries
 
 
 class OptimizerExtrasHost(abc.ABC):
@@ -56,9 +91,10 @@ def install() -> None:
 
     def load_own_variables(self, store):
         keys = list(store.keys())
-        if not any(k.startswith(EXTRA_KEY_PREFIX) for k in keys):
+        if not any(k.startswith(EXTRA_KEY_PREFIX) for k in keys) and not _FRESH_SLOT_PREFIXES:
             return original_load(self, store)
-        original_load(self, {k: store[k] for k in keys if not k.startswith(EXTRA_KEY_PREFIX)})
+        entries = {k: store[k] for k in keys if not k.startswith(EXTRA_KEY_PREFIX)}
+        original_load(self, _anchor_slots_left_fresh(self, entries) if _FRESH_SLOT_PREFIXES else entries)
         host = _host(self)
         if host is not None:
             host.load_optimizer_extras(self, store)
