@@ -14,7 +14,7 @@ running TensorFlow or Keras is not the minor version tfx_dist supports.
 
 import importlib
 
-from tfx_dist import _moved_modules
+from tfx_dist import _keras_registration, _moved_modules
 
 __version__ = "0.1.0"
 
@@ -38,7 +38,7 @@ _moved_modules.install()
 
 
 # Subpackages that import TensorFlow, loaded on first use too.
-_SUBPACKAGES = ("layers",)
+_SUBPACKAGES = ("layers", "serving")
 
 
 def __getattr__(name):
@@ -53,3 +53,8 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(list(globals()) + __all__)
+
+
+# `.keras` files that hold tfx_dist layers load after `import tfx_dist` alone (last: it may import
+# tfx_dist.layers at once, which needs this module complete).
+_keras_registration.install()

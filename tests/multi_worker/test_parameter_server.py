@@ -52,7 +52,8 @@ def _check_exits(results):
 
 
 def test_dynamic_table_of_hashed_ids(tmp_path, reference):
-    """input_dim=None: any int64 id (negative ones too), rows created on first lookup.
+    """input_dim=None: any int64 id (negative ones too), rows created on first lookup, on the
+    servers or, without them, in one process.
 
     The ids are a one-to-one hash of the reference's and rows start at zeros,
     so training must follow the reference's (a fixed table, one process).
@@ -64,6 +65,13 @@ def test_dynamic_table_of_hashed_ids(tmp_path, reference):
     np.testing.assert_allclose(a["loss"], reference["loss"], rtol=1e-4)
     for x, y in zip(a["dense"], reference["dense"]):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+    # The same dynamic table with no servers (one process: its rows in this process's store)
+    # trains to the servers' rows, losses and predictions.
+    (local,) = run_workers(_script("ps_keras.py"), 1, str(tmp_path / "local"),
+                           extra_env={"MODE": "reference", "DYNAMIC": "1"})
+    np.testing.assert_allclose(local.result["rows"], a["rows"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(local.result["loss"], a["loss"], rtol=1e-5)
+    np.testing.assert_allclose(local.result["predictions"], a["predictions"], rtol=1e-5)
 
 
 def test_bad_id_is_an_error_naming_table_and_id_and_serving_goes_on(tmp_path, reference):

@@ -285,7 +285,7 @@ class TableShard:
 
     @property
     def stored_rows(self) -> int:
-        """Rows occupying memory (a fixed shard allocates blocks of rows on first update)."""
+        """Rows occupying memory (a fixed shard stores a row on its first update)."""
         return self._info().stored_rows
 
     def lookup(self, ids) -> np.ndarray:

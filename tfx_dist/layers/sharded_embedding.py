@@ -44,7 +44,7 @@ class ShardedEmbedding(keras.layers.Layer):
     Args:
       input_dim: number of rows: ids must lie in ``[0, input_dim)``.
         ``None`` makes a dynamic table (any int64 id, rows created on first
-        lookup), which needs parameter servers.
+        lookup): on parameter servers, or in this process without them.
       output_dim: length of each row.
       combiner: ``None``, ``"sum"``, ``"mean"`` or ``"sqrtn"``.
       embeddings_initializer: initializer of the rows (a local table uses
@@ -57,7 +57,7 @@ class ShardedEmbedding(keras.layers.Layer):
       **kwargs: the usual Keras layer arguments (``name``, ``dtype``...).
 
     Raises:
-      ValueError: bad arguments, or a dynamic table with no parameter servers.
+      ValueError: bad arguments, or a dynamic table under several replicas without servers.
     """
 
     def __init__(self, input_dim: int | None, output_dim: int, combiner: str | None = None,

@@ -31,22 +31,25 @@ def install() -> None:
 
     def load_own_variables(self, store):
         slots = _table_slots(self)
-        if not slots or len(store.keys()) != len(self.variables):
+        if not slots:
             return keras_load(self, store)
+        # The slots saved under another placement are replaced by the fresh ones, then the
+        # load goes on as before (Keras's own, or the strategy's optimizer extras around it).
+        entries = {key: store[key] for key in store.keys()}
         restarted = {}
         for i, variable in enumerate(self.variables):
-            value = store[str(i)]
+            value = entries.get(str(i))
             table = slots.get(i)
-            if table is not None and tuple(value.shape) != tuple(variable.shape):
+            if table is not None and value is not None and tuple(value.shape) != tuple(variable.shape):
                 restarted.setdefault(table.name, (tuple(value.shape), tuple(variable.shape)))
-                continue
-            variable.assign(value)
+                entries[str(i)] = variable.numpy()
         for name, (saved, here) in restarted.items():
             warnings.warn(
                 f"ShardedEmbedding '{name}': the file was saved with the table under another "
                 f"placement (Keras's optimizer slots of shape {saved}, here {here}); its rows are "
                 f"loaded, its optimizer state restarts (fresh slots, as after a change of "
                 f"placement). The other variables of '{self.name}' are loaded.", stacklevel=2)
+        return keras_load(self, entries)
 
     load_own_variables._tfx_tables = True
     BaseOptimizer.load_own_variables = load_own_variables

@@ -15,6 +15,9 @@ Status ValidateConfig(const TableConfig& c) {
   if (c.num_shards < 1 || c.shard_index < 0 || c.shard_index >= c.num_shards)
     return InvalidArgument("want 0 <= shard_index < num_shards, got shard " + std::to_string(c.shard_index) +
                            " of " + std::to_string(c.num_shards));
+  if (c.num_rows / c.num_shards >= int64_t{0xFFFFFFFE})  // a shard's rows are numbered by uint32 slots
+    return InvalidArgument("a fixed table's shard holds fewer than 2^32 - 2 rows, got " +
+                           std::to_string(c.num_rows) + " rows over " + std::to_string(c.num_shards) + " shards");
   TFX_RETURN_IF_ERROR(ValidateInitializer(c.initializer));
   return ValidateOptimizer(c.optimizer);
 }
@@ -47,8 +50,12 @@ TableShard::TableShard(const TableConfig& config)
       arena_(static_cast<size_t>(kBlockRows * record_floats_) * sizeof(float)) {
   if (!config_.dynamic()) {
     const int64_t rows = NumRows();
-    blocks_ = std::vector<std::atomic<float*>>((rows + kBlockRows - 1) / kBlockRows);
+    const int64_t num_blocks = (rows + kBlockRows - 1) / kBlockRows;
+    blocks_ = std::vector<std::atomic<BlockIndex*>>(num_blocks);
     for (auto& b : blocks_) b.store(nullptr, std::memory_order_relaxed);
+    // A shard has at most as many chunks of created rows as blocks of rows.
+    fixed_chunks_.reset(new std::atomic<float*>[num_blocks]);
+    for (int64_t c = 0; c < num_blocks; ++c) fixed_chunks_[c].store(nullptr, std::memory_order_relaxed);
   }
 }
 
@@ -56,7 +63,9 @@ TableShard::~TableShard() { Clear(); }
 
 void TableShard::Clear() {
   for (auto& b : blocks_) b.store(nullptr);
-  num_blocks_allocated_ = 0;
+  for (size_t c = 0; c < blocks_.size(); ++c) fixed_chunks_[c].store(nullptr);
+  block_indexes_.clear();
+  num_fixed_rows_ = 0;
   slot_of_.clear();
   id_of_slot_.clear();
   chunks_.clear();
@@ -75,7 +84,7 @@ int64_t TableShard::NumRows() const {
 
 int64_t TableShard::NumStoredRows() const {
   if (config_.dynamic()) return NumRows();
-  return std::min(NumRows(), num_blocks_allocated_.load() * kBlockRows);
+  return num_fixed_rows_.load();
 }
 
 void TableShard::InitialRecord(int64_t id, float* record) const {
@@ -101,25 +110,35 @@ Status TableShard::CheckIds(const int64_t* ids, int64_t n) const {
   return Status::Ok();
 }
 
+uint32_t TableShard::FixedSlot(int64_t local) const {
+  const BlockIndex* index = blocks_[local / kBlockRows].load(std::memory_order_acquire);
+  return index == nullptr ? kNoSlot : index->slot[local % kBlockRows].load(std::memory_order_acquire);
+}
+
 float* TableShard::FixedRecord(int64_t local, bool create) {
-  std::atomic<float*>& slot = blocks_[local / kBlockRows];
-  float* block = slot.load(std::memory_order_acquire);
-  if (block == nullptr && create) {
-    // One creator at a time (the arena is not thread safe); a racing one finds the block made.
-    std::lock_guard<std::mutex> lock(arena_mu_);
-    block = slot.load(std::memory_order_acquire);
-    if (block == nullptr) {
-      const int64_t first = (local / kBlockRows) * kBlockRows;
-      const int64_t rows = std::min(kBlockRows, NumRows() - first);
-      float* fresh = arena_.Allocate();
-      for (int64_t r = 0; r < rows; ++r)
-        InitialRecord((first + r) * config_.num_shards + config_.shard_index, fresh + r * record_floats_);
-      slot.store(fresh, std::memory_order_release);
-      ++num_blocks_allocated_;
-      block = fresh;
-    }
+  uint32_t slot = FixedSlot(local);
+  if (slot != kNoSlot) return FixedSlotRecord(slot);
+  if (!create) return nullptr;
+  // One creator at a time (the arena is not thread safe); a racing one finds the row made.
+  std::lock_guard<std::mutex> lock(arena_mu_);
+  std::atomic<BlockIndex*>& block = blocks_[local / kBlockRows];
+  BlockIndex* index = block.load(std::memory_order_acquire);
+  if (index == nullptr) {
+    block_indexes_.emplace_back(new BlockIndex);
+    index = block_indexes_.back().get();
+    for (auto& s : index->slot) s.store(kNoSlot, std::memory_order_relaxed);
+    block.store(index, std::memory_order_release);
   }
-  return block == nullptr ? nullptr : block + (local % kBlockRows) * record_floats_;
+  slot = index->slot[local % kBlockRows].load(std::memory_order_acquire);
+  if (slot != kNoSlot) return FixedSlotRecord(slot);
+  // Records are packed in creation order: a chunk of kBlockRows records at a time.
+  slot = static_cast<uint32_t>(num_fixed_rows_.load(std::memory_order_relaxed));
+  if (slot % kBlockRows == 0) fixed_chunks_[slot / kBlockRows].store(arena_.Allocate(), std::memory_order_release);
+  float* record = FixedSlotRecord(slot);
+  InitialRecord(local * config_.num_shards + config_.shard_index, record);
+  index->slot[local % kBlockRows].store(slot, std::memory_order_release);  // publishes the record
+  num_fixed_rows_.fetch_add(1, std::memory_order_relaxed);
+  return record;
 }
 
 int64_t TableShard::FindSlot(int64_t id) const {
@@ -161,9 +180,8 @@ void TableShard::ForEachRecord(const int64_t* ids, int64_t n, bool create, size_
   if (!config_.dynamic()) {
     std::shared_lock<std::shared_mutex> lock(mu_);
     auto prefetch = [&](int64_t i) {
-      const int64_t local = LocalRow(ids[i]);
-      const float* block = blocks_[local / kBlockRows].load(std::memory_order_relaxed);
-      if (block != nullptr) PrefetchBytes(block + (local % kBlockRows) * record_floats_, prefetch_bytes);
+      const uint32_t slot = FixedSlot(LocalRow(ids[i]));
+      if (slot != kNoSlot) PrefetchBytes(FixedSlotRecord(slot), prefetch_bytes);
     };
     for (int64_t i = 0; i < std::min(n, kPrefetchAhead); ++i) prefetch(i);
     for (int64_t i = 0; i < n; ++i) {
@@ -320,11 +338,12 @@ Status TableShard::ForEachStoredRow(const std::function<Status(int64_t id, const
   }
   const int64_t rows = NumRows();
   for (size_t b = 0; b < blocks_.size(); ++b) {
-    const float* block = blocks_[b].load(std::memory_order_acquire);
-    if (block == nullptr) continue;
+    if (blocks_[b].load(std::memory_order_acquire) == nullptr) continue;
     for (int64_t local = b * kBlockRows; local < std::min(rows, (int64_t(b) + 1) * kBlockRows); ++local) {
+      const uint32_t slot = FixedSlot(local);
+      if (slot == kNoSlot) continue;
       const int64_t id = local * config_.num_shards + config_.shard_index;
-      TFX_RETURN_IF_ERROR(visit_copy(id, local, block + (local % kBlockRows) * record_floats_));
+      TFX_RETURN_IF_ERROR(visit_copy(id, local, FixedSlotRecord(slot)));
     }
   }
   return Status::Ok();

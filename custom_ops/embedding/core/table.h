@@ -9,12 +9,14 @@
 //           others (a routing bug must not silently create rows).
 //   record  one row's floats: [value (dim) | slot 1 (dim) | slot 2 ...],
 //           contiguous, so that an update touches one cache-friendly range.
-//   fixed   num_rows > 0: ids in [0, num_rows). Shard s stores its rows
-//           densely at local row id / S, in blocks of kBlockRows records
-//           allocated (and initialized) on the first update of one of their
-//           rows. A row of a block never updated reads as its initial value
-//           without allocating, so a 10M-row shard costs memory only for
-//           the blocks training touches.
+//   fixed   num_rows > 0: ids in [0, num_rows). Shard s finds local row
+//           id / S through an index of kBlockRows slots per block of
+//           consecutive local rows (allocated on the first update of one of
+//           them); a row's record is created (initialized) on its own first
+//           update, packed after the records created before it. A row never
+//           updated reads as its initial value without allocating, so memory
+//           follows the rows training touches, however spread: 4 bytes per
+//           row of a touched block plus one record per touched row.
 //   dynamic num_rows == 0: any int64 id; a row is created (initialized) on
 //           its first lookup or update, in a hash map from id to a slot of a
 //           slab of records. Rows are never evicted (yet).
@@ -103,7 +105,7 @@ class TableShard {
 
   // Fixed: the number of ids this shard holds; dynamic: rows created so far.
   int64_t NumRows() const;
-  // Rows that occupy memory (fixed: the rows of allocated blocks).
+  // Rows that occupy memory (rows created by updates or writes).
   int64_t NumStoredRows() const;
 
   // Copies row id's record (record_floats() floats) into out. Fixed rows not
@@ -140,9 +142,15 @@ class TableShard {
   void ApplySumsChecked(const RowSums& sums, const StepParams& params);
   void InitialRecord(int64_t id, float* record) const;
 
-  // Fixed: the record of a local row, allocating its block when create;
-  // nullptr when the block does not exist and !create. Callers hold mu_.
+  // Fixed: the record of a local row, creating it when create; nullptr when
+  // the row does not exist and !create. Callers hold mu_ (shared is enough).
   float* FixedRecord(int64_t local, bool create);
+  // Fixed: the slot of a local row or kNoSlot, without creating it.
+  uint32_t FixedSlot(int64_t local) const;
+  // Fixed: the record of a created slot (its chunk was published before the slot).
+  float* FixedSlotRecord(uint32_t slot) const {
+    return fixed_chunks_[slot / kBlockRows].load(std::memory_order_acquire) + (slot % kBlockRows) * record_floats_;
+  }
   // Dynamic: slot of id or -1; AddRow needs mu_ exclusively.
   int64_t FindSlot(int64_t id) const;
   int64_t AddRow(int64_t id);
@@ -169,9 +177,19 @@ class TableShard {
   };
   mutable std::array<PaddedMutex, kStripes> stripes_;
 
-  // Fixed tables: one pointer per block (nullptr until allocated).
-  std::vector<std::atomic<float*>> blocks_;
-  std::atomic<int64_t> num_blocks_allocated_{0};
+  // Fixed tables: per block of kBlockRows local rows, its index (nullptr
+  // until a row of the block is created): the slot of each row, or kNoSlot.
+  // Slot k's record is in chunk k / kBlockRows, which holds kBlockRows
+  // records; fixed_chunks_ has room for every chunk the shard can need, so
+  // readers never see it move. Created under arena_mu_, read lock-free.
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+  struct BlockIndex {
+    std::atomic<uint32_t> slot[kBlockRows];
+  };
+  std::vector<std::atomic<BlockIndex*>> blocks_;
+  std::vector<std::unique_ptr<BlockIndex>> block_indexes_;  // owns blocks_' indexes
+  std::unique_ptr<std::atomic<float*>[]> fixed_chunks_;
+  std::atomic<int64_t> num_fixed_rows_{0};
 
   // Dynamic tables.
   std::unordered_map<int64_t, int64_t> slot_of_;

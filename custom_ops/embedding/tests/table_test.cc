@@ -146,7 +146,7 @@ void TestLazyFixedAllocation() {
   CHECK_OK(t->Lookup(ids.data(), 3, out.data()));
   CHECK(t->NumStoredRows() == 0);
   CHECK_OK(t->ApplyGradients(ids.data(), 3, g.data(), {0.01f, 1}));
-  CHECK(t->NumStoredRows() == 3 * TableShard::kBlockRows);
+  CHECK(t->NumStoredRows() == 3);  // the rows updated, not their blocks
   std::vector<float> after(3 * 64);
   CHECK_OK(t->Lookup(ids.data(), 3, after.data()));
   for (int j = 0; j < 3 * 64; ++j) CHECK(std::fabs(after[j] - (out[j] - 0.01f)) < 1e-6f);  // Adam's first step
@@ -154,6 +154,47 @@ void TestLazyFixedAllocation() {
   c = Config(10, 4, 2, 3);
   CHECK_OK(TableShard::Create(c, &t));
   CHECK(t->NumRows() == 3);
+}
+
+// Rows spread thinly over a large fixed table (one in 997: most blocks of
+// consecutive ids get one or two) cost one record each, read back right,
+// next to rows of the same blocks that stay initial; a checkpoint's visit
+// and Replace see exactly them.
+void TestSpreadRowsCostTheirRecords() {
+  TableConfig c = Config(10000000, 8, 1, 2);  // shard 1 of 2: odd ids
+  std::unique_ptr<TableShard> t;
+  CHECK_OK(TableShard::Create(c, &t));
+  std::vector<int64_t> ids;
+  for (int64_t id = 9999999; id > 0; id -= 2 * 997) ids.push_back(id);  // descending: not creation order
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const std::vector<float> initial = Snapshot(*t, ids);
+  std::vector<float> g(n * 8, 1.0f);
+  CHECK_OK(t->ApplyGradients(ids.data(), n, g.data(), {0.5f, 1}));
+  CHECK(t->NumStoredRows() == n);
+  const std::vector<float> after = Snapshot(*t, ids);
+  for (int64_t k = 0; k < n * 8; ++k) CHECK(after[k] == initial[k] - 0.5f);  // SGD
+  std::vector<int64_t> neighbours = {ids[0] - 2, ids[1] + 2};  // same blocks, never updated
+  std::vector<float> fresh(2 * 8);
+  CHECK_OK(t->Lookup(neighbours.data(), 2, fresh.data()));
+  std::unique_ptr<TableShard> untouched;
+  CHECK_OK(TableShard::Create(c, &untouched));
+  CHECK(fresh == Snapshot(*untouched, neighbours));
+  CHECK(t->NumStoredRows() == n);
+  std::vector<int64_t> visited;
+  std::vector<float> records;
+  CHECK_OK(t->ForEachStoredRow([&](int64_t id, const float* record) {
+    visited.push_back(id);
+    records.insert(records.end(), record, record + t->record_floats());
+    return Status::Ok();
+  }));
+  CHECK(visited == std::vector<int64_t>(ids.rbegin(), ids.rend()));  // in id order
+  CHECK_OK(untouched->Replace([&](const TableShard::PutFn& put) {
+    for (size_t i = 0; i < visited.size(); ++i) TFX_RETURN_IF_ERROR(put(visited[i], &records[i * 8]));
+    return Status::Ok();
+  }));
+  CHECK(untouched->NumStoredRows() == n && Snapshot(*untouched, ids) == after);
+  CHECK_OK(untouched->Replace([](const TableShard::PutFn&) { return Status::Ok(); }));
+  CHECK(untouched->NumStoredRows() == 0 && Snapshot(*untouched, ids) == initial);
 }
 
 }  // namespace
@@ -167,3 +208,5 @@ TEST(Table, RowSumsInPieces) { TestRowSumsInPieces(); }
 TEST(Table, BlockArena) { TestBlockArena(); }
 
 TEST(Table, LazyFixedAllocation) { TestLazyFixedAllocation(); }
+
+TEST(Table, SpreadRowsCostTheirRecords) { TestSpreadRowsCostTheirRecords(); }
