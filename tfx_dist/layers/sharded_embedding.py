@@ -15,6 +15,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tfx_dist import _tf_compat as tfc
 from tfx_dist.layers import row_ops
 from tfx_dist.tables import keras_file, local
 
@@ -89,7 +90,11 @@ class ShardedEmbedding(keras.layers.Layer):
     def call(self, inputs):
         flat_ids, segments, num_segments, id_shape = _flatten(inputs, self.combiner)
         unique_ids, position = tf.unique(flat_ids)
-        rows = _expand(self.table.lookup(unique_ids), position)
+        if tfc.building_symbolically():  # Keras learns shapes (subclassed models): read no table
+            found = tf.zeros([tf.size(unique_ids), self.output_dim], self.compute_dtype)
+        else:
+            found = self.table.lookup(unique_ids)
+        rows = _expand(found, position)
         if self.combiner is None:
             return tf.reshape(rows, tf.concat([id_shape, [self.output_dim]], axis=0))
         return _combine(rows, segments, num_segments, self.combiner)

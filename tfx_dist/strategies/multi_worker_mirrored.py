@@ -40,7 +40,7 @@ from tfx_dist._tf_compat import keras_callbacks
 # The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
 from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
                                     write_dirpath, write_filepath)
-from tfx_dist.input import input_balance
+from tfx_dist.input import array_order, input_balance
 from tfx_dist.reduce.cross_worker import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
 from tfx_dist.strategies.uneven_batches import ReplicaLossShares
@@ -170,6 +170,8 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
     # -- input ---------------------------------------------------------------------------------
 
     def _experimental_distribute_dataset(self, dataset, options):
+        if self._num_workers > 1:  # Keras's shuffled NumPy input: one order on every worker
+            dataset = array_order.same_order_on_every_worker(dataset, self._chief_value)
         distributed = super()._experimental_distribute_dataset(dataset, options)
         if self._num_workers > 1 and input_balance.same_batch_count_on_every_worker(dataset):
             # No worker can run out before the others: skip TF's per-step
@@ -201,6 +203,11 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
                 return value
 
         return initial_value_fn
+
+    def _chief_value(self, value: int) -> int:
+        """The chief's ``value`` (an int64), on every worker."""
+        (chief,) = self._cross_device_ops.cross_broadcast([tf.constant(value, tf.int64)], root=0)
+        return int(chief.numpy())
 
     def _check_same_variable(self, name, initial_value):
         """Fails on every worker unless all are creating the same variable (see variable_order)."""

@@ -249,6 +249,9 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
         tf.distribute.Strategy.__init__(self, ParameterServerExtended(
             self, info, mode, dense_placement=dense_variables, cluster_resolver=cluster_resolver,
             devices=devices, timeout_s=timeout_s))
+        # As every other strategy: Keras builds from one replica's slice of the first batch
+        # (strings, ragged ids and uneven global batches cannot be averaged across workers).
+        tfc.build_from_first_replica(type(self))
 
     def run(self, fn, args=(), kwargs=None, options=None):
         """`tf.distribute.Strategy.run`, then the end of this worker's step on the servers."""

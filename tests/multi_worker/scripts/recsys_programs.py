@@ -1,0 +1,132 @@
+"""Worker script: recommender programs as users write them, under one multi-worker strategy.
+
+Environment: STRATEGY=ps|hybrid|mwms (ps: tfx_dist.ParameterServerStrategy, the
+job has ps tasks). Every strategy runs the NumPy-input check (each example
+exactly once per epoch across the workers, with Keras's default
+``shuffle=True``, with ``shuffle="batch"`` and without shuffling). Under ps the
+script also trains what Keras users feed a recommender (string features
+through StringLookup and Hashing, ragged multi-hot ids, a global batch that
+does not divide by the workers, a subclassed model with a server table), and
+checks the saving story. It reports one dict; the test compares the workers'.
+"""
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfx_dist
+from worker_lib import report
+
+STRATEGY = os.environ.get("STRATEGY", "ps")
+WORKDIR = os.environ["WORKDIR"]
+rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+strategy = {"ps": tfx_dist.ParameterServerStrategy, "hybrid": tfx_dist.HybridStrategy,
+            "mwms": tfx_dist.MultiWorkerMirroredStrategy}[STRATEGY]()
+result = {}
+
+# -- NumPy input: every example once per epoch across the workers -------------------------------
+
+seen = []
+
+
+class Recorder(keras.layers.Layer):
+    """Records the example numbers this worker trains on (its input is the example's number)."""
+
+    def call(self, x):
+        record = tf.py_function(lambda v: seen.extend(v.numpy().ravel().astype(int).tolist()) or 0,
+                                [x], tf.int32)
+        with tf.control_dependencies([record]):
+            return tf.identity(x)
+
+
+class EpochEnd(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(list(seen))
+        seen.clear()
+
+
+numbers = np.arange(64, dtype="float32")[:, None]
+with strategy.scope():
+    inputs = keras.Input((1,))
+    counter = keras.Model(inputs, keras.layers.Dense(1)(Recorder()(inputs)))
+    counter.compile("sgd", "mse")
+for shuffle, epochs in ((True, 2), ("batch", 1), (False, 1)):
+    epoch_end = EpochEnd()
+    counter.fit(numbers, np.zeros_like(numbers), batch_size=16, epochs=epochs, shuffle=shuffle,
+                callbacks=[epoch_end], verbose=0)
+    result[f"seen_shuffle_{shuffle}"] = epoch_end.epochs
+
+if STRATEGY != "ps":
+    report(result)
+    raise SystemExit(0)
+
+# -- what Keras users feed a recommender -----------------------------------------------------------
+
+VOCAB = [f"item{i}" for i in range(20)]
+rs = np.random.RandomState(0)
+n = 99  # 3 global batches of 33: the workers get 17 and 16 rows
+item_names = np.array([VOCAB[i] for i in rs.randint(0, 20, n)])
+cities = np.array([f"city{i}" for i in rs.randint(0, 50, n)])
+lengths = rs.randint(1, 5, n)
+tags = tf.RaggedTensor.from_row_lengths(rs.randint(0, 30, lengths.sum()).astype("int64"), lengths)
+labels = (np.array([int(s[4:]) for s in item_names]) % 2).astype("float32")[:, None]
+features = {"item": item_names[:, None], "city": cities[:, None], "tags": tags}
+dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(33)
+
+
+def recommender():
+    """String features through StringLookup and Hashing, ragged multi-hot ids, three tables."""
+    inputs = {"item": keras.Input((1,), dtype="string", name="item"),
+              "city": keras.Input((1,), dtype="string", name="city"),
+              "tags": keras.Input((None,), dtype="int64", ragged=True, name="tags")}
+    item_ids = keras.layers.StringLookup(vocabulary=VOCAB)(inputs["item"])
+    city_ids = keras.layers.Hashing(num_bins=16)(inputs["city"])
+    tables = [tfx_dist.layers.ShardedEmbedding(21, 4, combiner="sum", name="item_table",
+                                               embeddings_initializer="zeros")(item_ids),
+              tfx_dist.layers.ShardedEmbedding(16, 2, combiner="sum", name="city_table",
+                                               embeddings_initializer="zeros")(city_ids),
+              tfx_dist.layers.ShardedEmbedding(30, 3, combiner="mean", name="tag_table",
+                                               embeddings_initializer="zeros")(inputs["tags"])]
+    output = keras.layers.Dense(1, activation="sigmoid",
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=1))(
+        keras.layers.Concatenate()(tables))
+    model = keras.Model(inputs, output)
+    model.compile(keras.optimizers.Adagrad(0.5), "binary_crossentropy")
+    return model
+
+
+with strategy.scope():
+    model = recommender()
+history = model.fit(dataset, epochs=3, verbose=0)
+result["features_loss"] = history.history["loss"]
+result["features_weights"] = [np.asarray(w).tolist() for w in model.layers[-1].get_weights()]
+# The same program in this process with no strategy (local tables), for reference.
+history = recommender().fit(dataset, epochs=3, verbose=0)
+result["features_reference_loss"] = history.history["loss"]
+
+
+class TwoTower(keras.Model):
+    """A subclassed model with a table on the servers: fit builds it (no call by hand)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = tfx_dist.layers.ShardedEmbedding(40, 4, combiner="mean")
+        self.head = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=2))
+
+    def call(self, ids):
+        return self.head(self.table(ids))
+
+
+ids = rs.randint(0, 40, (64, 3)).astype("int64")
+with strategy.scope():
+    subclassed = TwoTower()
+    subclassed.compile(keras.optimizers.Adagrad(0.5), "mse")
+history = subclassed.fit(ids, (ids[:, :1] % 3).astype("float32"), batch_size=16, epochs=3, verbose=0)
+result["subclassed_loss"] = history.history["loss"]
+report(result)

@@ -1,0 +1,52 @@
+"""Recommender programs as users write them, on real workers and parameter servers.
+
+One job per strategy runs `scripts/recsys_programs.py`, which checks several
+things in the same processes (TensorFlow's start is most of a job's cost).
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from workers import ps_cluster_envs, start_workers, wait_workers
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "recsys_programs.py")
+
+
+def _run(tmp_path, strategy, num_ps=0, timeout_s=240):
+    with open(SCRIPT) as f:
+        script = f.read()
+    procs, _ = start_workers(script, 2 + num_ps, str(tmp_path), extra_env={"STRATEGY": strategy},
+                             per_rank_env=ps_cluster_envs(2, num_ps) if num_ps else None)
+    results = wait_workers(procs, timeout_s)
+    for r in results:
+        assert r.returncode == 0, r.describe()
+    return [r.result for r in results[:2]]
+
+
+def _check_every_example_once_per_epoch(a, b):
+    for shuffle in (True, "batch", False):
+        epochs_a, epochs_b = a[f"seen_shuffle_{shuffle}"], b[f"seen_shuffle_{shuffle}"]
+        assert len(epochs_a) == len(epochs_b) >= 1
+        for seen_a, seen_b in zip(epochs_a, epochs_b):
+            assert sorted(seen_a + seen_b) == list(range(64)), (shuffle, seen_a, seen_b)
+    first, second = a["seen_shuffle_True"]
+    assert first != second  # shuffled anew each epoch, as Keras does on one device
+
+
+@pytest.mark.parametrize("strategy", ["mwms", "hybrid"])
+def test_numpy_input_gives_every_example_once_per_epoch(tmp_path, strategy):
+    _check_every_example_once_per_epoch(*_run(tmp_path, strategy))
+
+
+def test_parameter_servers_take_what_keras_users_feed(tmp_path):
+    """String features (StringLookup, Hashing), ragged multi-hot ids, a global batch of 33 over
+    2 workers, a subclassed model with a server table; NumPy input once per epoch."""
+    a, b = _run(tmp_path, "ps", num_ps=1)
+    _check_every_example_once_per_epoch(a, b)
+    for r in (a, b):
+        assert r["features_loss"][-1] < r["features_loss"][0]
+        np.testing.assert_allclose(r["features_loss"], r["features_reference_loss"], rtol=1e-4)
+        assert r["subclassed_loss"][-1] < r["subclassed_loss"][0]
+    np.testing.assert_array_equal(a["features_weights"][0], b["features_weights"][0])
