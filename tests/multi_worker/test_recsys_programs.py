@@ -7,7 +7,6 @@ things in the same processes (TensorFlow's start is most of a job's cost).
 import os
 
 import numpy as np
-import pytest
 
 from workers import ps_cluster_envs, start_workers, wait_workers
 
@@ -35,9 +34,26 @@ def _check_every_example_once_per_epoch(a, b):
     assert first != second  # shuffled anew each epoch, as Keras does on one device
 
 
-@pytest.mark.parametrize("strategy", ["mwms", "hybrid"])
-def test_numpy_input_gives_every_example_once_per_epoch(tmp_path, strategy):
-    _check_every_example_once_per_epoch(*_run(tmp_path, strategy))
+def test_hybrid_numpy_input_gives_every_example_once_per_epoch(tmp_path):
+    _check_every_example_once_per_epoch(*_run(tmp_path, "hybrid"))
+
+
+def test_multi_worker_numpy_input_and_saves(tmp_path):
+    """NumPy input once per epoch; saves as the README says: write_filepath creates its folder,
+    one path on every worker works, a save failed on one worker or different saves at the same
+    point are errors on every worker (and the next save still pairs), and a save on the chief
+    alone at the end completes with every process exiting 0."""
+    a, b = _run(tmp_path, "mwms")
+    _check_every_example_once_per_epoch(a, b)
+    for r in (a, b):
+        assert r["same_path_files"] == ["b.keras", "b.weights.h5"]
+        assert r["same_path_loads"]
+        assert r["failed_save"].startswith("SaveFailedError") and "worker(s) [1]" in r["failed_save"]
+        assert r["next_save"] is None
+        assert r["mismatched_save"].startswith("SaveMismatchError"), r["mismatched_save"]
+    assert "not a directory" in b["failed_save"]  # the failing worker names its own error
+    assert os.path.exists(tmp_path / "chief_only.keras")
+    assert os.path.exists(tmp_path / "new" / "deep" / "a.weights.h5")
 
 
 def test_parameter_servers_take_what_keras_users_feed(tmp_path):

@@ -30,11 +30,11 @@ Keras's file-writing callbacks write the chief's files only (see
 
 from __future__ import annotations
 
-
+import numpy as np
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist import checkpointing
+from tfx_dist import checkpointing, save_agreement
 from tfx_dist import cluster as cluster_lib
 from tfx_dist._tf_compat import keras_callbacks
 # The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
@@ -131,6 +131,8 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
             # Keras's callbacks write the real files on the chief only (keras_callbacks).
             checkpointing.register_strategy(container_strategy)
             checkpointing.install_save_barrier()
+            if hasattr(transport, "communicator"):  # a save on the chief alone completes
+                save_agreement.join_at_exit(transport.communicator)
             keras_callbacks.install()
         tf.get_logger().info(
             "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
@@ -260,6 +262,12 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
         if self._num_workers > 1:
             out = self._cross_device_ops._cross_all_reduce([tf.zeros([1], tf.int32)])
             out[0].numpy()
+
+    def rows_of_workers(self, row) -> np.ndarray:
+        """Every worker's ``row`` of ints, by rank (zeros for a worker whose program has ended)."""
+        return save_agreement.rows_by_sum(
+            lambda rows: self._cross_device_ops._cross_all_reduce([tf.constant(rows)])[0].numpy(),
+            self._transport.rank, self._num_workers, row)
 
     def __deepcopy__(self, memo):
         raise ValueError("tfx_dist.MultiWorkerMirroredStrategy holds open connections to the "

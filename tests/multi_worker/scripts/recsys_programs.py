@@ -62,6 +62,49 @@ for shuffle, epochs in ((True, 2), ("batch", 1), (False, 1)):
                 callbacks=[epoch_end], verbose=0)
     result[f"seen_shuffle_{shuffle}"] = epoch_end.epochs
 
+
+# -- saving as the README says (mwms) ----------------------------------------------------------------
+
+
+def save_error(save):
+    try:
+        save()
+    except Exception as e:  # noqa: BLE001 - the test reads the class and message
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+if STRATEGY == "mwms":
+    from tfx_dist.checkpointing import write_filepath
+
+    # write_filepath creates the folder it names (the chief's, or this worker's temporary one).
+    counter.save_weights(write_filepath(os.path.join(WORKDIR, "new", "deep", "a.weights.h5")))
+    # One path on every worker: the chief writes it, the others do not collide with it.
+    same = os.path.join(WORKDIR, "same")
+    os.makedirs(same, exist_ok=True)
+    counter.save_weights(os.path.join(same, "b.weights.h5"))
+    counter.save(os.path.join(same, "b.keras"))
+    result["same_path_files"] = sorted(os.listdir(same))
+    loaded = keras.models.load_model(os.path.join(same, "b.keras"), custom_objects={"Recorder": Recorder})
+    result["same_path_loads"] = all(np.array_equal(a, b) for a, b in
+                                    zip(loaded.get_weights(), counter.get_weights()))
+    # A save that fails on one worker fails on every worker; the next save still pairs.
+    bad = os.path.join(WORKDIR, "a_file")
+    open(bad, "w").close()
+    checkpoint = tf.train.Checkpoint(model=counter)
+    result["failed_save"] = save_error(lambda: checkpoint.write(
+        os.path.join(bad if rank == 1 else WORKDIR, "ckpt", "c")))
+    result["next_save"] = save_error(lambda: counter.save_weights(os.path.join(same, "c.weights.h5")))
+    # Different saves at the same point: an error on both.
+    result["mismatched_save"] = save_error(
+        lambda: (checkpoint.write(os.path.join(WORKDIR, "ckpt2", "d")) if rank == 0
+                 else counter.save_weights(os.path.join(same, "d.weights.h5"))))
+    report(result)
+    # Horovod's habit: the chief alone saves at the end; every process must exit 0.
+    if rank == 0:
+        counter.save(os.path.join(WORKDIR, "chief_only.keras"))
+    raise SystemExit(0)
+
 if STRATEGY != "ps":
     report(result)
     raise SystemExit(0)
