@@ -16,7 +16,8 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "re
 def _run(tmp_path, strategy, num_ps=0, timeout_s=240):
     with open(SCRIPT) as f:
         script = f.read()
-    procs, _ = start_workers(script, 2 + num_ps, str(tmp_path), extra_env={"STRATEGY": strategy},
+    procs, _ = start_workers(script, 2 + num_ps, str(tmp_path),
+                             extra_env={"STRATEGY": strategy, "TFX_TIMEOUT_S": 600},
                              per_rank_env=ps_cluster_envs(2, num_ps) if num_ps else None)
     results = wait_workers(procs, timeout_s)
     for r in results:
@@ -34,8 +35,19 @@ def _check_every_example_once_per_epoch(a, b):
     assert first != second  # shuffled anew each epoch, as Keras does on one device
 
 
-def test_hybrid_numpy_input_gives_every_example_once_per_epoch(tmp_path):
-    _check_every_example_once_per_epoch(*_run(tmp_path, "hybrid"))
+def test_hybrid_numpy_input_and_workers_whose_inputs_differ(tmp_path):
+    """NumPy input once per epoch; predict on per-worker data of different lengths, and a step
+    that fails on worker 1 only (the program catches it): errors within seconds on every
+    worker, naming the workers (the timeout is 600 s)."""
+    a, b = _run(tmp_path, "hybrid")
+    _check_every_example_once_per_epoch(a, b)
+    for r in (a, b):
+        assert r["uneven_predict"].startswith("UnevenInputError"), r["uneven_predict"]
+        assert "worker 0: 4, worker 1: 2" in r["uneven_predict"]
+        assert r["failed_step"] is not None and r["after_failed_step"] is not None
+        assert r["uneven_seconds"] < 60, r["uneven_seconds"]
+    assert "a bad record in worker 1's batch" in b["failed_step"]
+    assert "rank 1" in a["failed_step"] + a["after_failed_step"], a
 
 
 def test_multi_worker_numpy_input_and_saves(tmp_path):

@@ -14,7 +14,7 @@ objects. A TensorFlow upgrade touches this package only:
   (`patches.install`); one module per replaced area (`direct_read`,
   `partial_batch_check`, `iterator_hand_over`, `table_gradients`,
   `checkpoint_files`, `keras_build`, `loss_share`, `optimizer_extras`,
-  `keras_array_input`), each
+  `keras_array_input`, `keras_loop_steps`), each
   saying what it replaces and why.
 * `keras_optimizer`: a hook where Keras 3 optimizers clip gradients (private
   ``_clip_gradients``), for Horovod's ``DistributedOptimizer``.

@@ -34,7 +34,8 @@ def same_order_on_every_worker(dataset: tf.data.Dataset,
     batches = _index_batches(source.num_samples, source.batch_size, source.shuffle, seed)
     arrays = tf.data.Dataset.from_tensors(source.arrays).repeat()
     rebuilt = tf.data.Dataset.zip((batches, arrays)).map(
-        lambda indices, data: tfc.gather_rows(data, indices), num_parallel_calls=tf.data.AUTOTUNE)
+        _plain(lambda indices, data: tfc.gather_rows(data, indices)),
+        num_parallel_calls=tf.data.AUTOTUNE)
     options = tf.data.Options()  # Keras's: no graph rewrites, sharded by DATA
     options.experimental_optimization.apply_default_optimizations = False
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -58,6 +59,12 @@ def _index_batches(num_samples: int, batch_size: int, shuffle, seed: int) -> tf.
 
     if shuffle == "batch":
         in_order = batches_of(tf.range(num_samples, dtype=tf.int64))
-        return tf.data.Dataset.zip((in_order, draws)).map(shuffled)
+        return tf.data.Dataset.zip((in_order, draws)).map(_plain(shuffled))
     return draws.take(1).map(
-        lambda draw: shuffled(tf.range(num_samples, dtype=tf.int64), draw)).flat_map(batches_of)
+        _plain(lambda draw: shuffled(tf.range(num_samples, dtype=tf.int64), draw))).flat_map(
+            _plain(batches_of))
+
+
+def _plain(fn):
+    # No autograph: nothing to convert, and no generated file left in TMPDIR.
+    return tf.autograph.experimental.do_not_convert(fn)

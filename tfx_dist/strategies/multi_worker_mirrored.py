@@ -40,11 +40,11 @@ from tfx_dist._tf_compat import keras_callbacks
 # The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
 from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
                                     write_dirpath, write_filepath)
-from tfx_dist.input import array_order, input_balance
+from tfx_dist.input import array_order, input_balance, step_counts
 from tfx_dist.reduce.cross_worker import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
 from tfx_dist.strategies.uneven_batches import ReplicaLossShares
-from tfx_dist.strategies import variable_order
+from tfx_dist.strategies import step_failures, variable_order
 
 
 class _SingleProcessTransport:
@@ -268,6 +268,16 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
         return save_agreement.rows_by_sum(
             lambda rows: self._cross_device_ops._cross_all_reduce([tf.constant(rows)])[0].numpy(),
             self._transport.rank, self._num_workers, row)
+
+    def check_same_step_count(self, steps) -> None:
+        """Before a Keras loop: fails on every worker if their numbers of batches differ."""
+        if self._num_workers > 1:
+            step_counts.check_same_step_count(self.rows_of_workers, steps)
+
+    def step_failed(self, error) -> None:
+        """A Keras step raised ``error`` here: if the others are left waiting, fail them now."""
+        if self._num_workers > 1:
+            step_failures.close_after_failed_step(error, self._transport.rank, self._transport.close)
 
     def __deepcopy__(self, memo):
         raise ValueError("tfx_dist.MultiWorkerMirroredStrategy holds open connections to the "

@@ -26,6 +26,16 @@ strategy = {"ps": tfx_dist.ParameterServerStrategy, "hybrid": tfx_dist.HybridStr
             "mwms": tfx_dist.MultiWorkerMirroredStrategy}[STRATEGY]()
 result = {}
 
+
+def error_of(call):
+    """What ``call()`` raised (class and message), or None."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the test reads the class and message
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 # -- NumPy input: every example once per epoch across the workers -------------------------------
 
 seen = []
@@ -66,14 +76,6 @@ for shuffle, epochs in ((True, 2), ("batch", 1), (False, 1)):
 # -- saving as the README says (mwms) ----------------------------------------------------------------
 
 
-def save_error(save):
-    try:
-        save()
-    except Exception as e:  # noqa: BLE001 - the test reads the class and message
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
 if STRATEGY == "mwms":
     from tfx_dist.checkpointing import write_filepath
 
@@ -92,11 +94,11 @@ if STRATEGY == "mwms":
     bad = os.path.join(WORKDIR, "a_file")
     open(bad, "w").close()
     checkpoint = tf.train.Checkpoint(model=counter)
-    result["failed_save"] = save_error(lambda: checkpoint.write(
+    result["failed_save"] = error_of(lambda: checkpoint.write(
         os.path.join(bad if rank == 1 else WORKDIR, "ckpt", "c")))
-    result["next_save"] = save_error(lambda: counter.save_weights(os.path.join(same, "c.weights.h5")))
+    result["next_save"] = error_of(lambda: counter.save_weights(os.path.join(same, "c.weights.h5")))
     # Different saves at the same point: an error on both.
-    result["mismatched_save"] = save_error(
+    result["mismatched_save"] = error_of(
         lambda: (checkpoint.write(os.path.join(WORKDIR, "ckpt2", "d")) if rank == 0
                  else counter.save_weights(os.path.join(same, "d.weights.h5"))))
     report(result)
@@ -104,6 +106,32 @@ if STRATEGY == "mwms":
     if rank == 0:
         counter.save(os.path.join(WORKDIR, "chief_only.keras"))
     raise SystemExit(0)
+
+if STRATEGY == "hybrid":  # workers whose inputs differ: an error within seconds, no timeout
+    import time
+
+    start = time.monotonic()
+    rows = 64 if rank == 0 else 32  # per-worker data of different lengths
+    result["uneven_predict"] = error_of(
+        lambda: counter.predict(numbers[:rows], batch_size=16, verbose=0))
+    calls = []
+
+    def fail_on_worker_1(x):
+        calls.append(1)
+        if rank == 1 and len(calls) == 3:
+            raise ValueError("a bad record in worker 1's batch")
+        return x
+
+    class Checked(keras.layers.Layer):
+        def call(self, x):
+            return tf.reshape(tf.py_function(fail_on_worker_1, [x], tf.float32), tf.shape(x))
+
+    with strategy.scope():
+        checked = keras.Sequential([keras.Input((1,)), Checked(), keras.layers.Dense(1)])
+        checked.compile("sgd", "mse")
+    result["failed_step"] = error_of(lambda: checked.fit(numbers, numbers, batch_size=16, verbose=0))
+    result["after_failed_step"] = error_of(strategy.barrier)  # the program caught it, goes on
+    result["uneven_seconds"] = time.monotonic() - start
 
 if STRATEGY != "ps":
     report(result)
