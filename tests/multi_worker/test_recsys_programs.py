@@ -70,7 +70,9 @@ def test_multi_worker_numpy_input_and_saves(tmp_path):
 
 def test_parameter_servers_take_what_keras_users_feed(tmp_path):
     """String features (StringLookup, Hashing), ragged multi-hot ids, a global batch of 33 over
-    2 workers, a subclassed model with a server table; NumPy input once per epoch."""
+    2 workers (equal to one process), a subclassed model whose server table takes Keras's
+    Embedding arguments; NumPy input once per epoch; TensorFlow's variable_partitioner accepted
+    and a plain Embedding it would split named in a warning."""
     a, b = _run(tmp_path, "ps", num_ps=1)
     _check_every_example_once_per_epoch(a, b)
     for r in (a, b):
@@ -78,3 +80,7 @@ def test_parameter_servers_take_what_keras_users_feed(tmp_path):
         np.testing.assert_allclose(r["features_loss"], r["features_reference_loss"], rtol=1e-4)
         assert r["subclassed_loss"][-1] < r["subclassed_loss"][0]
     np.testing.assert_array_equal(a["features_weights"][0], b["features_weights"][0])
+    # he_normal on the servers: N(0, 2 / 40) truncated, moved a little by training.
+    assert 0.1 < a["he_normal_std"] < 0.4, a["he_normal_std"]
+    (warning,) = a["plain_embedding_warnings"]  # the large one only
+    assert "'plain_items'" in warning and "ShardedEmbedding(100, 8" in warning, warning

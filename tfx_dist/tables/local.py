@@ -44,7 +44,7 @@ class LocalTable:
         self.placement = placement
         self.embeddings = layer.add_weight(
             shape=(layer.input_dim, layer.output_dim), initializer=layer.embeddings_initializer,
-            name="embeddings", trainable=True)
+            constraint=layer.embeddings_constraint, name="embeddings", trainable=True)
 
     def lookup(self, unique_ids):
         checks = [

@@ -11,6 +11,7 @@ checks the saving story. It reports one dict; the test compares the workers'.
 """
 import json
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -22,8 +23,13 @@ from worker_lib import report
 STRATEGY = os.environ.get("STRATEGY", "ps")
 WORKDIR = os.environ["WORKDIR"]
 rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-strategy = {"ps": tfx_dist.ParameterServerStrategy, "hybrid": tfx_dist.HybridStrategy,
-            "mwms": tfx_dist.MultiWorkerMirroredStrategy}[STRATEGY]()
+if STRATEGY == "ps":  # as a program written for TensorFlow's strategy creates it
+    strategy = tfx_dist.ParameterServerStrategy(
+        variable_partitioner=tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=1024, max_shards=2))
+else:
+    strategy = {"hybrid": tfx_dist.HybridStrategy,
+                "mwms": tfx_dist.MultiWorkerMirroredStrategy}[STRATEGY]()
 result = {}
 
 
@@ -183,11 +189,14 @@ result["features_reference_loss"] = history.history["loss"]
 
 
 class TwoTower(keras.Model):
-    """A subclassed model with a table on the servers: fit builds it (no call by hand)."""
+    """A subclassed model with a table on the servers: fit builds it (no call by hand). The
+    table takes keras.layers.Embedding's arguments: he_normal, a regularizer, mask_zero."""
 
     def __init__(self):
         super().__init__()
-        self.table = tfx_dist.layers.ShardedEmbedding(40, 4, combiner="mean")
+        self.table = tfx_dist.layers.ShardedEmbedding(
+            40, 4, combiner="mean", embeddings_initializer="he_normal", mask_zero=True,
+            embeddings_regularizer=keras.regularizers.L2(1e-3))
         self.head = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(seed=2))
 
     def call(self, ids):
@@ -200,4 +209,14 @@ with strategy.scope():
     subclassed.compile(keras.optimizers.Adagrad(0.5), "mse")
 history = subclassed.fit(ids, (ids[:, :1] % 3).astype("float32"), batch_size=16, epochs=3, verbose=0)
 result["subclassed_loss"] = history.history["loss"]
+result["he_normal_std"] = float(np.std(subclassed.table(np.arange(1, 40)[:, None]).numpy()))
+
+# A plain keras.layers.Embedding that TensorFlow's partitioner would split: a warning naming it.
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with strategy.scope():
+        keras.layers.Embedding(100, 8, name="plain_items").build((None,))  # 3,200 bytes: 2 shards
+        keras.layers.Embedding(10, 4, name="plain_colors").build((None,))  # 160 bytes: 1 shard
+result["plain_embedding_warnings"] = [str(w.message) for w in caught
+                                      if "keras.layers.Embedding" in str(w.message)]
 report(result)
