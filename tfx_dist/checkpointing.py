@@ -19,8 +19,10 @@ write):
 * ``tf.train.Checkpoint.save`` and ``tf.train.Checkpoint.write``;
 * ``tf.train.CheckpointManager.save``.
 
-So these must be called on every worker, as TensorFlow's tutorials do (a save
-on the chief alone waits for the others until ``TFX_TIMEOUT_S``, then fails).
+Call them on every worker, as TensorFlow's tutorials do (Keras's saves may take
+the same path everywhere: the others write beside it), or on the chief alone
+at the end of the program; each save's barrier checks that every worker made
+the same save and that none failed (`tfx_dist.save_agreement`).
 A save nested in another (``CheckpointManager.save`` writes through the
 checkpoint) waits once, at the end of the outermost. Only eager calls wait: a
 save inside ``tf.function`` is left as it is.
