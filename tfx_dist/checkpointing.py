@@ -19,8 +19,10 @@ write):
 * ``tf.train.Checkpoint.save`` and ``tf.train.Checkpoint.write``;
 * ``tf.train.CheckpointManager.save``.
 
-So these must be called on every worker, as TensorFlow's tutorials do (a save
-on the chief alone waits for the others until ``TFX_TIMEOUT_S``, then fails).
+Call them on every worker, as TensorFlow's tutorials do (Keras's saves may take
+the same path everywhere: the others write beside it), or on the chief alone
+at the end of the program; each save's barrier checks that every worker made
+the same save and that none failed (`tfx_dist.save_agreement`).
 A save nested in another (``CheckpointManager.save`` writes through the
 checkpoint) waits once, at the end of the outermost. Only eager calls wait: a
 save inside ``tf.function`` is left as it is.
@@ -38,6 +40,8 @@ import weakref
 
 import keras
 import tensorflow as tf
+
+from tfx_dist import save_agreement
 
 # Multi-worker strategies (several workers) alive in this process, newest last.
 _strategies: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
@@ -85,23 +89,46 @@ def saving_strategy(model=None):
     return None
 
 
-def _with_barrier(method, model_arg: bool):
+def _with_barrier(method, model_arg: bool, save: str = ""):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         depth = getattr(_depth, "value", 0)
+        strategy = (saving_strategy(self if model_arg else None)
+                    if depth == 0 and tf.executing_eagerly() else None)
         _depth.value = depth + 1
+        failure = temp = None
         try:
+            temp = _worker_file(strategy, args, kwargs) if model_arg else None
+            if temp:  # the same path on every worker: the others write beside it (save_agreement)
+                args, kwargs = ((temp,) + args[1:], kwargs) if args else (args, dict(kwargs, filepath=temp))
             result = method(self, *args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - every worker learns of it (save_agreement)
+            failure = e
         finally:
             _depth.value = depth
-        if depth == 0 and tf.executing_eagerly():
-            strategy = saving_strategy(self if model_arg else None)
-            if strategy is not None:
-                strategy.extended.barrier()  # after this worker's write: the chief's is done
+        if temp:
+            save_agreement.remove_worker_file(temp)
+        if strategy is not None:  # after this worker's write: the chief's is done
+            _agree(strategy, save, failure)
+        if failure is not None:
+            raise failure
         return result
 
     wrapper.__tfx_dist_save_barrier__ = True
     return wrapper
+
+
+def _worker_file(strategy, args, kwargs):
+    filepath = args[0] if args else kwargs.get("filepath")
+    return strategy and save_agreement.worker_filepath(
+        filepath, is_chief(strategy), lambda path: write_filepath(path, strategy))
+
+
+def _agree(strategy, save, failure):
+    if hasattr(strategy.extended, "rows_of_workers"):
+        save_agreement.agree(strategy.extended, save, failure)
+    elif failure is None:
+        strategy.extended.barrier()
 
 
 def _save_methods():
@@ -119,7 +146,7 @@ def install_save_barrier() -> None:
         for owner, name, model_arg in _save_methods():
             method = getattr(owner, name)
             if not getattr(method, "__tfx_dist_save_barrier__", False):
-                setattr(owner, name, _with_barrier(method, model_arg))
+                setattr(owner, name, _with_barrier(method, model_arg, f"{owner.__name__}.{name}"))
         _installed = True
 
 
@@ -146,13 +173,16 @@ def write_dirpath(dirpath: str, strategy=None) -> str:
     ```
     """
     strategy = _strategy_or_current(strategy)
-    if is_chief(strategy):
-        return dirpath
-    return os.path.join(dirpath, f"workertemp_{strategy.cluster_resolver.task_id}")
+    path = dirpath if is_chief(strategy) else os.path.join(
+        dirpath, f"workertemp_{strategy.cluster_resolver.task_id}")
+    if path:  # created: a save there must not fail for want of a folder
+        tf.io.gfile.makedirs(path)
+    return path
 
 
 def write_filepath(filepath: str, strategy=None) -> str:
-    """`write_dirpath` for a file path: the chief keeps it, the others write elsewhere."""
+    """`write_dirpath` for a file path (its folder created): the chief keeps it, the others write
+    elsewhere."""
     dirpath, base = os.path.split(filepath)
     return os.path.join(write_dirpath(dirpath, strategy), base)
 

@@ -87,14 +87,45 @@ def test_gradient_sums_repeated_ids_like_keras_embedding():
     np.testing.assert_allclose(dense_gradient(layer), dense_gradient(reference), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("bad", [ROWS, -1])
+@pytest.mark.parametrize("bad", [ROWS, -ROWS - 1])
 def test_ids_out_of_range_name_the_layer(bad):
     layer = ShardedEmbedding(ROWS, DIM, name="user_table")
     with pytest.raises(tf.errors.InvalidArgumentError, match="user_table"):
         layer(np.array([[0, bad]]))
 
 
+@pytest.mark.parametrize("initializer", [
+    keras.initializers.HeNormal(seed=7), keras.initializers.GlorotUniform(seed=7),
+    keras.initializers.LecunNormal(seed=7),
+    keras.initializers.VarianceScaling(2.0, "fan_avg", "untruncated_normal", seed=7)])
+def test_keras_embedding_arguments_mean_what_they_mean_there(initializer):
+    """Variance-scaling initializers (the same numbers as Keras's layer for a seed), negative
+    ids, mask_zero's mask, constraints, and a config that round-trips."""
+    layer = ShardedEmbedding(ROWS, DIM, embeddings_initializer=initializer, mask_zero=True,
+                             embeddings_constraint="non_neg")
+    reference = keras.layers.Embedding(ROWS, DIM, embeddings_initializer=initializer, mask_zero=True)
+    ids = np.array([[1, -1, 0], [0, -ROWS, 3]])
+    np.testing.assert_array_equal(layer(ids).numpy(), reference(ids).numpy())
+    np.testing.assert_array_equal(layer.compute_mask(ids).numpy(), reference.compute_mask(ids).numpy())
+    again = ShardedEmbedding.from_config(layer.get_config())
+    assert type(again.keras_initializer) is type(initializer)
+    assert isinstance(again.embeddings_constraint, keras.constraints.NonNeg)
+    # The table's Keras variable carries the constraint: Keras's optimizer applies it.
+    assert isinstance(layer.table.embeddings.constraint, keras.constraints.NonNeg)
+
+
+def test_mask_zero_with_a_combiner_leaves_padding_out_and_regularizer_sees_looked_up_rows():
+    layer = ShardedEmbedding(ROWS, 2, combiner="mean", mask_zero=True, embeddings_initializer="ones",
+                             embeddings_regularizer=keras.regularizers.L2(0.1))
+    out = layer(np.array([[2, 0, 0], [0, 0, 0], [4, 5, 0]]))
+    np.testing.assert_array_equal(out.numpy(), [[1, 1], [0, 0], [1, 1]])
+    # Distinct ids looked up: 2, 4, 5 (the padding is not): 3 rows of 2 ones, times 0.1.
+    np.testing.assert_allclose([float(x) for x in layer.losses], [0.6], rtol=1e-6)
+
+
 def test_bad_arguments():
+    with pytest.raises(ValueError, match="dynamic table"):
+        ShardedEmbedding(None, 4, embeddings_initializer="he_normal")
     with pytest.raises(ValueError, match="combiner"):
         ShardedEmbedding(10, 4, combiner="max")
     with pytest.raises(ValueError, match="output_dim"):

@@ -13,7 +13,8 @@ objects. A TensorFlow upgrade touches this package only:
 * `patches`: the functions of TensorFlow and Keras replaced at run time, installed once
   (`patches.install`); one module per replaced area (`direct_read`,
   `partial_batch_check`, `iterator_hand_over`, `table_gradients`,
-  `checkpoint_files`, `keras_build`, `loss_share`, `optimizer_extras`), each
+  `checkpoint_files`, `keras_build`, `loss_share`, `optimizer_extras`,
+  `keras_array_input`, `keras_loop_steps`), each
   saying what it replaces and why.
 * `keras_optimizer`: a hook where Keras 3 optimizers clip gradients (private
   ``_clip_gradients``), for Horovod's ``DistributedOptimizer``.
@@ -47,7 +48,8 @@ from tfx_dist._tf_compat.checkpoint_files import (current_checkpoint_prefix,  # 
 from tfx_dist._tf_compat.direct_read import read_one_element_per_replica  # noqa: E402
 from tfx_dist._tf_compat.iterator_hand_over import (hand_over_dataset_iterators,  # noqa: E402
                                                     hand_over_dropped_iterators)
-from tfx_dist._tf_compat.keras_build import build_from_first_replica  # noqa: E402
+from tfx_dist._tf_compat.keras_array_input import gather_rows, shuffled_array_input  # noqa: E402
+from tfx_dist._tf_compat.keras_build import build_from_first_replica, building_symbolically  # noqa: E402
 from tfx_dist._tf_compat.loss_share import replica_loss_share  # noqa: E402
 from tfx_dist._tf_compat.optimizer_extras import (OptimizerExtrasHost,  # noqa: E402
                                                   keep_optimizer_extras)
@@ -64,7 +66,8 @@ __all__ = [
     "component_variable", "dataset_function_graphs", "dataset_inputs", "init_collective_extended",
     "input_workers",
     "run_independently", "skip_partial_batch_check",
-    "build_from_first_replica", "check_partial_batches_locally", "current_checkpoint_prefix",
+    "build_from_first_replica", "building_symbolically", "gather_rows", "shuffled_array_input",
+    "check_partial_batches_locally", "current_checkpoint_prefix",
     "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",
     "hand_over_dataset_iterators",
     "OptimizerExtrasHost", "keep_optimizer_extras", "read_one_element_per_replica",

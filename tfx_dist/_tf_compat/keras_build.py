@@ -26,6 +26,14 @@ def build_from_first_replica(strategy_class) -> None:
     _first_replica_build_classes.add(strategy_class)
 
 
+def building_symbolically() -> bool:
+    """Whether Keras is tracing a call for shapes only (``backend.compute_output_spec``, as
+    ``_symbolic_build`` does for a subclassed model): its variables are not created yet."""
+    from keras.src.backend.common import symbolic_scope  # pylint: disable=import-outside-toplevel
+
+    return symbolic_scope.in_symbolic_scope()
+
+
 def install() -> None:
     from keras.src.backend.tensorflow import trainer  # pylint: disable=import-outside-toplevel
 

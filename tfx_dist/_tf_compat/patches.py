@@ -23,6 +23,10 @@ One module per replaced area, each saying what it replaces and why:
   (``scale_loss_for_distribution``, ``unscale_loss_for_distribution``).
 * `optimizer_extras`: a strategy adds optimizer state it keeps elsewhere to
   Keras's files (``BaseOptimizer.save_own_variables`` / ``load_own_variables``).
+* `keras_array_input`: Keras's shuffled NumPy input records its adapter, for an
+  order every worker agrees on (``ArrayDataAdapter.get_tf_dataset``).
+* `keras_loop_steps`: Keras's loops give the strategy their number of steps
+  before the first (``TFEpochIterator.__init__``).
 
 `install` here is the one entry point: it installs them all, once per process
 (`replacements`; each module's public functions call it first).
@@ -30,9 +34,10 @@ One module per replaced area, each saying what it replaces and why:
 
 from __future__ import annotations
 
-from tfx_dist._tf_compat import (checkpoint_files, direct_read, iterator_hand_over, keras_build,
-                                 loss_share, optimizer_extras, partial_batch_check, replacements,
-                                 table_gradients)
+from tfx_dist._tf_compat import (checkpoint_files, direct_read, iterator_hand_over,
+                                 keras_array_input, keras_build, keras_loop_steps,
+                                 loss_share, optimizer_extras,
+                                 partial_batch_check, replacements, table_gradients)
 
 replacements.declare([
     direct_read.install,
@@ -43,6 +48,8 @@ replacements.declare([
     keras_build.install,
     loss_share.install,
     optimizer_extras.install,
+    keras_array_input.install,
+    keras_loop_steps.install,
 ])
 
 

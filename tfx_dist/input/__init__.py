@@ -9,6 +9,8 @@
 * `input_balance`: whether every worker reads as many batches as the others,
   so that the multi-worker strategy may skip TensorFlow's per-step
   "this worker still has data" all-reduce.
+* `array_order`: Keras's shuffled NumPy input, rebuilt in one order on every
+  worker (each example once per epoch across the workers).
 
 Nothing is imported here: each module imports TensorFlow when it is imported.
 """

@@ -15,7 +15,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfx_dist.layers import row_ops
+from tfx_dist import _tf_compat as tfc
+from tfx_dist.layers import keras_arguments, row_ops
 from tfx_dist.tables import keras_file, local, optimizer_state
 
 _COMBINERS = (None, "sum", "mean", "sqrtn")
@@ -47,9 +48,19 @@ class ShardedEmbedding(keras.layers.Layer):
         lookup): on parameter servers, or in this process without them.
       output_dim: length of each row.
       combiner: ``None``, ``"sum"``, ``"mean"`` or ``"sqrtn"``.
-      embeddings_initializer: initializer of the rows (a local table uses
-        Keras's; parameter servers use a deterministic function of the row
-        id with the same distribution).
+      embeddings_initializer: initializer of the rows, any of Keras's but
+        ``Orthogonal`` and ``Identity`` (a local table uses Keras's values;
+        parameter servers and sharded tables a deterministic function of the
+        row id with the same distribution). Variance scaling (``he_normal``,
+        ...) scales by the table's shape, as for `keras.layers.Embedding`.
+      embeddings_regularizer: a Keras regularizer of the rows each batch
+        looks up (`keras.layers.Embedding` penalizes every row each step).
+      embeddings_constraint: a Keras constraint, for tables kept in a Keras
+        variable (no strategy, replicated); a table on servers or sharded
+        over workers refuses it when built.
+      mask_zero: id 0 is padding: without a combiner the layer outputs Keras's
+        mask (``ids != 0``); with one, 0s are left out of each example's
+        combination.
       placement: where `tfx_dist.HybridStrategy` keeps the table: ``"sharded"``
         (rows spread over the workers), ``"replicated"`` (a whole copy on
         every worker, its gradient all-reduced) or ``None`` (by size: see
@@ -61,7 +72,9 @@ class ShardedEmbedding(keras.layers.Layer):
     """
 
     def __init__(self, input_dim: int | None, output_dim: int, combiner: str | None = None,
-                 embeddings_initializer="uniform", placement: str | None = None, **kwargs):
+                 embeddings_initializer="uniform", placement: str | None = None,
+                 embeddings_regularizer=None, embeddings_constraint=None, mask_zero: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
         if input_dim is not None and (not isinstance(input_dim, int) or input_dim < 1):
             raise ValueError(f"Expected `input_dim` to be a positive int or None. Received: "
@@ -79,18 +92,39 @@ class ShardedEmbedding(keras.layers.Layer):
         self.input_dim = input_dim
         self.output_dim = output_dim
         self.combiner = combiner
-        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        # As given (get_config), and as the tables apply it (keras_arguments).
+        self.keras_initializer = keras.initializers.get(embeddings_initializer)
+        self.embeddings_initializer = keras_arguments.table_initializer(
+            self.keras_initializer, input_dim, output_dim, self.name)
+        self.embeddings_regularizer = keras.regularizers.get(embeddings_regularizer)
+        self.embeddings_constraint = keras.constraints.get(embeddings_constraint)
+        self.mask_zero = mask_zero
+        self.supports_masking = mask_zero
         self.table = None
 
     def build(self, input_shape=None):
         self.table = local.create(self)
         optimizer_state.install()  # Keras files of other placements load with compile=True
+        if self.embeddings_constraint is not None and not self.table.placement.in_keras_variable:
+            raise ValueError(
+                f"ShardedEmbedding '{self.name}': embeddings_constraint applies to a table in a "
+                f"Keras variable; this one is {self.table.placement.value}, updated where it "
+                "lives. Drop the constraint, or keep the table replicated.")
         self.built = True
 
     def call(self, inputs):
         flat_ids, segments, num_segments, id_shape = _flatten(inputs, self.combiner)
+        flat_ids = keras_arguments.wrap_negative_ids(flat_ids, self.input_dim)
+        if self.mask_zero and self.combiner is not None:
+            flat_ids, segments = keras_arguments.drop_padding(flat_ids, segments)
         unique_ids, position = tf.unique(flat_ids)
-        rows = _expand(self.table.lookup(unique_ids), position)
+        if tfc.building_symbolically():  # Keras learns shapes (subclassed models): read no table
+            found = tf.zeros([tf.size(unique_ids), self.output_dim], self.compute_dtype)
+        else:
+            found = self.table.lookup(unique_ids)
+        if self.embeddings_regularizer is not None:
+            self.add_loss(self.embeddings_regularizer(found))
+        rows = _expand(found, position)
         if self.combiner is None:
             return tf.reshape(rows, tf.concat([id_shape, [self.output_dim]], axis=0))
         return _combine(rows, segments, num_segments, self.combiner)
@@ -106,6 +140,11 @@ class ShardedEmbedding(keras.layers.Layer):
             return
         self.table.load_from_keras_store(store)
 
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero or self.combiner is not None:
+            return None
+        return tf.not_equal(inputs, 0)
+
     def compute_output_shape(self, input_shape):
         if self.combiner is None:
             return tuple(input_shape) + (self.output_dim,)
@@ -114,8 +153,10 @@ class ShardedEmbedding(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(input_dim=self.input_dim, output_dim=self.output_dim, combiner=self.combiner,
-                      placement=self.placement, embeddings_initializer=keras.initializers.serialize(
-                          self.embeddings_initializer))
+                      placement=self.placement, mask_zero=self.mask_zero,
+                      embeddings_initializer=keras.initializers.serialize(self.keras_initializer),
+                      embeddings_regularizer=keras.regularizers.serialize(self.embeddings_regularizer),
+                      embeddings_constraint=keras.constraints.serialize(self.embeddings_constraint))
         return config
 
 

@@ -30,21 +30,21 @@ Keras's file-writing callbacks write the chief's files only (see
 
 from __future__ import annotations
 
-
+import numpy as np
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist import checkpointing
+from tfx_dist import checkpointing, save_agreement
 from tfx_dist import cluster as cluster_lib
 from tfx_dist._tf_compat import keras_callbacks
 # The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
 from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
                                     write_dirpath, write_filepath)
-from tfx_dist.input import input_balance
+from tfx_dist.input import array_order, input_balance, step_counts
 from tfx_dist.reduce.cross_worker import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
 from tfx_dist.strategies.uneven_batches import ReplicaLossShares
-from tfx_dist.strategies import variable_order
+from tfx_dist.strategies import step_failures, variable_order
 
 
 class _SingleProcessTransport:
@@ -131,6 +131,8 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
             # Keras's callbacks write the real files on the chief only (keras_callbacks).
             checkpointing.register_strategy(container_strategy)
             checkpointing.install_save_barrier()
+            if hasattr(transport, "communicator"):  # a save on the chief alone completes
+                save_agreement.join_at_exit(transport.communicator)
             keras_callbacks.install()
         tf.get_logger().info(
             "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
@@ -170,6 +172,8 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
     # -- input ---------------------------------------------------------------------------------
 
     def _experimental_distribute_dataset(self, dataset, options):
+        if self._num_workers > 1:  # Keras's shuffled NumPy input: one order on every worker
+            dataset = array_order.same_order_on_every_worker(dataset, self._chief_value)
         distributed = super()._experimental_distribute_dataset(dataset, options)
         if self._num_workers > 1 and input_balance.same_batch_count_on_every_worker(dataset):
             # No worker can run out before the others: skip TF's per-step
@@ -201,6 +205,11 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
                 return value
 
         return initial_value_fn
+
+    def _chief_value(self, value: int) -> int:
+        """The chief's ``value`` (an int64), on every worker."""
+        (chief,) = self._cross_device_ops.cross_broadcast([tf.constant(value, tf.int64)], root=0)
+        return int(chief.numpy())
 
     def _check_same_variable(self, name, initial_value):
         """Fails on every worker unless all are creating the same variable (see variable_order)."""
@@ -253,6 +262,22 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
         if self._num_workers > 1:
             out = self._cross_device_ops._cross_all_reduce([tf.zeros([1], tf.int32)])
             out[0].numpy()
+
+    def rows_of_workers(self, row) -> np.ndarray:
+        """Every worker's ``row`` of ints, by rank (zeros for a worker whose program has ended)."""
+        return save_agreement.rows_by_sum(
+            lambda rows: self._cross_device_ops._cross_all_reduce([tf.constant(rows)])[0].numpy(),
+            self._transport.rank, self._num_workers, row)
+
+    def check_same_step_count(self, steps) -> None:
+        """Before a Keras loop: fails on every worker if their numbers of batches differ."""
+        if self._num_workers > 1:
+            step_counts.check_same_step_count(self.rows_of_workers, steps)
+
+    def step_failed(self, error) -> None:
+        """A Keras step raised ``error`` here: if the others are left waiting, fail them now."""
+        if self._num_workers > 1:
+            step_failures.close_after_failed_step(error, self._transport.rank, self._transport.close)
 
     def __deepcopy__(self, memo):
         raise ValueError("tfx_dist.MultiWorkerMirroredStrategy holds open connections to the "

@@ -39,6 +39,7 @@ from tfx_dist.strategies.multi_worker_mirrored import (MultiWorkerMirroredExtend
 from tfx_dist.parameter_server import _native, server
 from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib
+from tfx_dist.strategies import plain_embeddings
 from tfx_dist.tables.on_servers import RemoteTable
 from tfx_dist.tables import gradients as table_gradients
 from tfx_dist.tables.protocol import TableHost
@@ -49,8 +50,11 @@ _MODES = ("sync", "async")
 class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.OptimizerExtrasHost):
     """The multi-worker extended, plus the tables' client and their gradients' route."""
 
-    def __init__(self, container_strategy, info, mode, dense_placement="workers", **kwargs):
+    def __init__(self, container_strategy, info, mode, dense_placement="workers",
+                 variable_partitioner=None, **kwargs):
         super().__init__(container_strategy, **kwargs)
+        self._variable_partitioner = variable_partitioner
+        plain_embeddings.install()
         servers = list(info.ps_addresses)
         self._service = ServiceClient(info.rank, servers, info.num_workers,
                                       timeout_s=kwargs.get("timeout_s"),
@@ -82,6 +86,10 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
                             is_chief=lambda: bool(self.should_checkpoint))
         self._tables.append(table)
         return table
+
+    def plain_embedding_built(self, layer) -> None:
+        """A `keras.layers.Embedding` was built in scope: it stays replicated (say so if large)."""
+        plain_embeddings.warn_if_large(layer, self._variable_partitioner)
 
     def push_table_gradients(self, optimizer, grads, variables, learning_rate):
         """Pushes the gradients of tables to the servers; returns the other (grad, var) lists.
@@ -227,14 +235,19 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
         optimizer applies them) or ``"servers"`` (spread over the servers by
         size, their optimizer applies them; workers push gradients and pull
         weights each step; ``mode="sync"`` only).
+      variable_partitioner: as TensorFlow's (``MinSizePartitioner`` ...), for
+        programs written for it: a `keras.layers.Embedding` it would split stays
+        replicated on the workers, with a warning naming the layer
+        (`tfx_dist.layers.ShardedEmbedding` puts a table on the servers).
+        Without it, the warning comes from ``TFX_HYBRID_SHARD_MIN_BYTES`` up.
       devices, timeout_s: as for `tfx_dist.MultiWorkerMirroredStrategy`.
 
     Raises:
       ValueError: no ``ps`` task in the cluster, a bad ``mode`` or ``dense_variables``.
     """
 
-    def __init__(self, cluster_resolver=None, *, mode: str = "sync", dense_variables: str = "workers",
-                 devices=None, timeout_s=None):
+    def __init__(self, cluster_resolver=None, variable_partitioner=None, *, mode: str = "sync",
+                 dense_variables: str = "workers", devices=None, timeout_s=None):
         if mode not in _MODES:
             raise ValueError(f"Expected mode to be one of {_MODES}. Received: mode={mode!r}")
         dense_variables_lib.check_placement(dense_variables, mode)
@@ -248,7 +261,10 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
             sys.exit(server.serve(info, synchronous=mode == "sync", timeout_s=timeout_s))
         tf.distribute.Strategy.__init__(self, ParameterServerExtended(
             self, info, mode, dense_placement=dense_variables, cluster_resolver=cluster_resolver,
-            devices=devices, timeout_s=timeout_s))
+            devices=devices, timeout_s=timeout_s, variable_partitioner=variable_partitioner))
+        # As every other strategy: Keras builds from one replica's slice of the first batch
+        # (strings, ragged ids and uneven global batches cannot be averaged across workers).
+        tfc.build_from_first_replica(type(self))
 
     def run(self, fn, args=(), kwargs=None, options=None):
         """`tf.distribute.Strategy.run`, then the end of this worker's step on the servers."""

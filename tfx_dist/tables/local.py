@@ -63,7 +63,7 @@ class LocalTable(tfc.trackable_base.Trackable):
         self.placement = placement
         self.embeddings = layer.add_weight(
             shape=(layer.input_dim, layer.output_dim), initializer=layer.embeddings_initializer,
-            name="embeddings", trainable=True)
+            constraint=layer.embeddings_constraint, name="embeddings", trainable=True)
         protocol.mark_rows(self.embeddings, self)
         self._initializer = layer.embeddings_initializer
         # A checkpoint writes the rows beside itself (checkpoint_files learns its prefix).
