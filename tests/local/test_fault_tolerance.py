@@ -94,3 +94,30 @@ def test_sigterm_is_noted_twice_without_harm_and_the_grace_period_is_bounded():
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     with pytest.raises(ValueError, match="TFX_PREEMPTION_GRACE_S"):
         PreemptionNotice(grace_s=0)
+
+
+def test_a_fit_stops_at_sigterm_with_75_and_refuses_another_global_batch(tmp_path):
+    from tfx_dist.fault_tolerance.keras_callback import StepCheckpoint
+
+    x = np.arange(48, dtype="float32").reshape(16, 3) / 48
+    y = x.sum(axis=1, keepdims=True)
+
+    class TermAfter(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    model = _model(4)
+    with pytest.raises(SystemExit) as stop:
+        model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0,
+                  callbacks=[TermAfter(), StepCheckpoint(str(tmp_path))])
+    assert stop.value.code == PREEMPTED_EXIT_CODE
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # still noted until the exit
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    latest = CheckpointDir(str(tmp_path)).latest()
+    assert (latest.epoch, latest.step_in_epoch, latest.extra["steps_per_epoch"]) == (0, 3, 4)
+    with pytest.raises(dense_state.CheckpointMismatchError, match="epoch of 4 steps; this run's epochs "
+                                                                  "have 2 steps"):
+        _model(4).fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0,
+                      callbacks=[StepCheckpoint(str(tmp_path))])
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -96,3 +96,40 @@ def test_sigterm_then_sigkill_resume_to_the_uninterrupted_weights(tmp_path, reli
                 f"custom loop: saved after run 4, exit 75, resumed at run 5; final weights equal an "
                 f"uninterrupted run's (rtol 1e-5)",
                 lost="SIGTERM: 0 steps; SIGKILL: the steps since the last periodic save (3)")
+
+
+def _one_device_fit():
+    """The same fit without dropout on one device, in this process: what any number of workers
+    sharing the global batch computes (up to the order of the sums)."""
+    import keras
+
+    from worker_lib import regression_data
+
+    x, y = regression_data(n=96)
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dropout(0.0), keras.layers.Dense(1)])
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.02, decay_steps=3, decay_rate=0.8)
+    model.compile(keras.optimizers.Adam(schedule), "mse")
+    model.fit(x, y, batch_size=24, epochs=4, shuffle=False, verbose=0)
+    return model.get_weights()
+
+
+def test_a_fit_preempted_on_3_workers_resumes_on_2(tmp_path, reliability):
+    shared = tmp_path / "job"
+    shared.mkdir()
+    env = {"SHARED": str(shared), "STOP": "2:5:TERM", "DROPOUT": "0", "FIT_ONLY": "1"}
+    termed, _ = launch_script(SCRIPT, env, num_workers=3)
+    assert termed.returncode == 75, (termed.stdout + termed.stderr)[-4000:]
+    assert _latest(shared / "ckpt")["num_workers"] == 3 and _latest(shared / "ckpt")["step"] == 5
+    resumed, _ = launch_script(SCRIPT, env, num_workers=2)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    assert "(saved on 3 worker(s)): epoch 1, after batch 1 of it, step 5" in resumed.stderr
+    run = _reports(resumed)[-1]
+    assert run["start_step"] == 5 and run["trained"] == list(range(6, 17)), run["trained"]
+    for a, b in zip(run["weights"], _one_device_fit(), strict=True):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-6)
+    reliability("Keras fit with tfx_dist.BackupAndRestore preempted (SIGTERM to rank 2) on 3 workers "
+                "after step 5, resumed on 2 workers with the same global batch",
+                "exit 75, then the 2-worker job continued at step 6 (epoch 1, batch 2) and ended with "
+                "the weights of the same fit on one device (rtol 1e-5)")

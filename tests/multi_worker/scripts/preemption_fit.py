@@ -5,12 +5,16 @@ STOP="<rank>:<step>:<TERM|KILL>,...": unless SHARED/stopped-<step> exists, that 
 sends itself the signal right after global step <step> (a real signal through the kernel; TERM is
 sent twice). Rank 0 reports the step this run started from, the steps it trained and the final
 weights.
-Then a custom loop of RUNS steps under tf.distribute.experimental.PreemptionCheckpointHandler
-(TensorFlow's API, unchanged): "<rank>:<run>:LOOPTERM" in STOP sends that rank SIGTERM after that
-many run calls. Rank 0 reports the run it started from and the loop's final weights.
+DROPOUT sets the dropout rate (default 0.25).
+
+Then, unless FIT_ONLY is set, a custom loop of RUNS steps under
+tf.distribute.experimental.PreemptionCheckpointHandler (TensorFlow's API, unchanged):
+"<rank>:<run>:LOOPTERM" in STOP sends that rank SIGTERM after that many run calls. Rank 0
+reports the run it started from and the loop's final weights.
 """
 import os
 import signal
+import sys
 
 import keras
 
@@ -25,7 +29,8 @@ keras.utils.set_random_seed(7)  # the same initial weights in every run
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)),
                               keras.layers.Dense(16, activation="relu"),
-                              keras.layers.Dropout(0.25), keras.layers.Dense(1)])
+                              keras.layers.Dropout(float(os.environ.get("DROPOUT", "0.25"))),
+                              keras.layers.Dense(1)])
     schedule = keras.optimizers.schedules.ExponentialDecay(0.02, decay_steps=3, decay_rate=0.8)
     model.compile(keras.optimizers.Adam(schedule), "mse")
 
@@ -56,6 +61,8 @@ backup = tfx_dist.BackupAndRestore(os.path.join(SHARED, "ckpt"), save_freq=4, de
 model.fit(x, y, batch_size=24, epochs=4, shuffle=False, verbose=0, callbacks=[Progress(), backup])
 if rank() == 0:
     report({"start_step": Progress.start_step, "trained": Progress.trained, "weights": weights_digest(model)})
+if os.environ.get("FIT_ONLY"):
+    sys.exit(0)
 
 # -- then a custom loop under TensorFlow's PreemptionCheckpointHandler, as TensorFlow documents it --
 import numpy as np  # noqa: E402
