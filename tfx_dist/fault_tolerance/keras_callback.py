@@ -33,6 +33,7 @@ import signal
 import keras
 
 from tfx_dist import settings
+from tfx_dist.errors import UnimplementedError
 from tfx_dist.fault_tolerance import PREEMPTED_EXIT_CODE
 from tfx_dist.fault_tolerance import dense_state
 from tfx_dist.fault_tolerance.agreement import StopAgreement, is_chief, wait_for_everyone
@@ -80,6 +81,12 @@ class StepCheckpoint(keras.callbacks.Callback):
         model = self.model
         if int(getattr(model, "steps_per_execution", 1) or 1) != 1:
             raise ValueError("StepCheckpoint resumes step by step: compile with steps_per_execution=1.")
+        tables = dense_state.table_layers(model)
+        if tables:
+            raise UnimplementedError(
+                f"StepCheckpoint saves variables only, and the rows of ShardedEmbedding tables "
+                f"{tables} are not variables: save them with tf.train.Checkpoint or Keras's "
+                f"save_weights (tfx_dist.BackupAndRestore does, at epochs, for such models).")
         self._strategy = model.distribute_strategy
         self._agreement = StopAgreement(self._strategy)
         self._variables = dense_state.model_variables(model)
