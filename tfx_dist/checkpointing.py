@@ -33,7 +33,6 @@ attribute is used), so they are version-independent; they are installed once.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import threading
 import weakref
@@ -42,7 +41,6 @@ import keras
 import tensorflow as tf
 
 from tfx_dist.fault_tolerance import custom_loop
-from tfx_dist.fault_tolerance import dense_state as fault_tolerance_state
 from tfx_dist.fault_tolerance.keras_callback import StepCheckpoint
 
 # Multi-worker strategies (several workers) alive in this process, newest last.
@@ -184,10 +182,7 @@ class BackupAndRestore(StepCheckpoint, keras.callbacks.BackupAndRestore):
     at the step after the last one saved, not at the start of its epoch as
     Keras's callback does. A ``backup_dir`` written by Keras's own callback
     is still restored, Keras's way (at its epoch). ``backup_dir`` must be on
-    storage every worker reads; the chief writes it. A model with
-    `tfx_dist.layers.ShardedEmbedding` tables is backed up as Keras's callback
-    does (at epochs, its weights file holds the tables' rows), with a warning:
-    step-exact checkpoints do not hold tables yet.
+    storage every worker reads; the chief writes it.
 
     Args:
       backup_dir: the checkpoint directory (``ckpt-<step>/`` folders, ``LATEST.json``).
@@ -205,35 +200,6 @@ class BackupAndRestore(StepCheckpoint, keras.callbacks.BackupAndRestore):
                                                   delete_checkpoint=delete_checkpoint)
         StepCheckpoint.__init__(self, backup_dir, save_freq=save_freq, preemption=preemption,
                                 delete_at_end=delete_checkpoint)
-        self._keras_way = False
-
-    # A model with ShardedEmbedding tables keeps Keras's epoch backups (its weights file holds the
-    # tables' rows; StepCheckpoint's files do not): every hook goes to Keras's callback then.
-
-    def on_train_begin(self, logs=None):
-        self._keras_way = bool(fault_tolerance_state.table_layers(self.model))
-        if self._keras_way:
-            logging.getLogger("tfx_dist.fault_tolerance").warning(
-                "BackupAndRestore: the model has ShardedEmbedding tables %s, which step-exact "
-                "checkpoints do not hold yet: backing up at Keras's epochs instead, without "
-                "preemption handling", fault_tolerance_state.table_layers(self.model))
-            return keras.callbacks.BackupAndRestore.on_train_begin(self, logs)
-        return StepCheckpoint.on_train_begin(self, logs)
-
-    def _owner(self):
-        return keras.callbacks.BackupAndRestore if self._keras_way else StepCheckpoint
-
-    def on_epoch_begin(self, epoch, logs=None):
-        return self._owner().on_epoch_begin(self, epoch, logs)
-
-    def on_train_batch_end(self, batch, logs=None):
-        return self._owner().on_train_batch_end(self, batch, logs)
-
-    def on_epoch_end(self, epoch, logs=None):
-        return self._owner().on_epoch_end(self, epoch, logs)
-
-    def on_train_end(self, logs=None):
-        return self._owner().on_train_end(self, logs)
 
     def _restore_latest(self) -> None:
         if self._directory.latest() is None and os.path.exists(self._training_metadata_path):

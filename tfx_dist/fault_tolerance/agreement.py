@@ -31,6 +31,12 @@ def communicator_of(strategy):
     return communicator
 
 
+def rank_of(strategy) -> int:
+    """This worker's rank among the strategy's workers (0 with one worker)."""
+    communicator = communicator_of(strategy)
+    return 0 if communicator is None else communicator.rank
+
+
 def is_chief(strategy) -> bool:
     """Whether this worker writes the checkpoint (TensorFlow's ``should_checkpoint``)."""
     return bool(getattr(getattr(strategy, "extended", None), "should_checkpoint", True))

@@ -6,7 +6,7 @@ Layout (the contract the launcher's restarts read too)::
                             SHA-256, written last)
     <dir>/LATEST.json       {"step", "epoch", "step_in_epoch", "num_workers", "num_ps", "path", "time"}
 
-A checkpoint is written into ``<dir>/.tmp-ckpt-<step>-<pid>/`` and renamed to
+A checkpoint is written into ``<dir>/.tmp-ckpt-<step>/`` and renamed to
 ``ckpt-<step>/`` once complete (files and folder fsynced); only then is
 ``LATEST.json`` replaced (a temporary file and ``os.replace``). Older
 checkpoints are deleted after that, the previous one is kept. So a process
@@ -100,11 +100,15 @@ class CheckpointDir:
 
     # -- writing (one process: the chief) ---------------------------------------------------
 
+    def staging(self, step: int) -> str:
+        """Where the checkpoint of ``step`` is written before `commit` (the same on every worker)."""
+        return os.path.join(self.path, f"{_TMP_PREFIX}{step}")
+
     def begin(self, step: int) -> str:
-        """A fresh temporary folder for the checkpoint of ``step``; fill it, then `commit`."""
+        """A fresh `staging` folder for the checkpoint of ``step``; fill it, then `commit`."""
         os.makedirs(self.path, exist_ok=True)
-        tmp = os.path.join(self.path, f"{_TMP_PREFIX}{step}-{os.getpid()}")
-        if os.path.exists(tmp):
+        tmp = self.staging(step)
+        if os.path.exists(tmp):  # a writer killed at this step before
             shutil.rmtree(tmp)
         os.makedirs(tmp)
         return tmp
@@ -115,7 +119,7 @@ class CheckpointDir:
         files = {}
         for name in sorted(os.listdir(tmp)):
             full = os.path.join(tmp, name)
-            if os.path.isfile(full):
+            if os.path.isfile(full):  # (the other workers' scratch folders are gone by now)
                 _fsync_path(full)
                 files[name] = {"bytes": os.path.getsize(full), "sha256": _sha256(full)}
         info = {"step": int(step), "epoch": int(epoch), "step_in_epoch": int(step_in_epoch),

@@ -22,7 +22,6 @@ import os
 import numpy as np
 
 from tfx_dist.errors import MismatchError
-from tfx_dist.layers import ShardedEmbedding
 
 VALUES = "dense.npz"
 LAYOUT = "dense_layout.json"
@@ -30,11 +29,6 @@ LAYOUT = "dense_layout.json"
 
 class CheckpointMismatchError(MismatchError, ValueError):
     """A checkpoint of another model, optimizer or table layout than the one restoring it."""
-
-
-def table_layers(model) -> list[str]:
-    """The names of the model's `ShardedEmbedding` layers: their rows are not variables, so not here."""
-    return [layer.name for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)]
 
 
 def model_variables(model) -> list:

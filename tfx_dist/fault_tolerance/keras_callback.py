@@ -18,9 +18,12 @@ starts and continues at the step after it:
   Keras's own shuffling of arrays (``shuffle=True``) is not reproducible
   across processes, nor is a reshuffling dataset.
 
-The checkpoint holds no per-worker state: it resumes on another number of
-workers when the global batch size is the same (the steps per epoch are
-checked, an error says if they differ). Only ``steps_per_execution=1``.
+`tfx_dist.layers.ShardedEmbedding` tables (on the workers or on parameter
+servers) are saved with their slots by their own checkpoint path
+(`table_state`). The checkpoint holds no per-worker state: it resumes on
+another number of workers (and servers) when the global batch size is the
+same (the steps per epoch are checked, an error says if they differ). Only
+``steps_per_execution=1``.
 """
 
 from __future__ import annotations
@@ -33,10 +36,9 @@ import signal
 import keras
 
 from tfx_dist import settings
-from tfx_dist.errors import UnimplementedError
 from tfx_dist.fault_tolerance import PREEMPTED_EXIT_CODE
-from tfx_dist.fault_tolerance import dense_state
-from tfx_dist.fault_tolerance.agreement import StopAgreement, is_chief, wait_for_everyone
+from tfx_dist.fault_tolerance import dense_state, table_state
+from tfx_dist.fault_tolerance.agreement import StopAgreement, is_chief, rank_of, wait_for_everyone
 from tfx_dist.fault_tolerance.checkpoint_dir import CheckpointDir
 from tfx_dist.fault_tolerance.notice import PreemptionNotice
 
@@ -81,13 +83,8 @@ class StepCheckpoint(keras.callbacks.Callback):
         model = self.model
         if int(getattr(model, "steps_per_execution", 1) or 1) != 1:
             raise ValueError("StepCheckpoint resumes step by step: compile with steps_per_execution=1.")
-        tables = dense_state.table_layers(model)
-        if tables:
-            raise UnimplementedError(
-                f"StepCheckpoint saves variables only, and the rows of ShardedEmbedding tables "
-                f"{tables} are not variables: save them with tf.train.Checkpoint or Keras's "
-                f"save_weights (tfx_dist.BackupAndRestore does, at epochs, for such models).")
         self._strategy = model.distribute_strategy
+        self._tables = table_state.tables_of(model)
         self._agreement = StopAgreement(self._strategy)
         self._variables = dense_state.model_variables(model)
         self._step, self._epoch, self._step_in_epoch, self._to_skip = 0, 0, 0, 0
@@ -111,6 +108,8 @@ class StepCheckpoint(keras.callbacks.Callback):
                 f"global batch size changed (keep fit's batch_size, the global batch, when the number "
                 f"of workers changes), so its input position cannot be continued.")
         dense_state.restore(self._variables, checkpoint.path)
+        if self._tables is not None:
+            self._tables.restore(checkpoint.path)
         self._step, self._epoch = checkpoint.step, checkpoint.epoch
         self._to_skip = checkpoint.step_in_epoch
         self.model._initial_epoch = checkpoint.epoch
@@ -157,8 +156,12 @@ class StepCheckpoint(keras.callbacks.Callback):
             self._save(epoch + 1, 0)
 
     def _save(self, epoch: int, step_in_epoch: int) -> None:
-        if is_chief(self._strategy):
-            folder = self._directory.begin(self._step)
+        chief = is_chief(self._strategy)
+        folder = self._directory.begin(self._step) if chief else self._directory.staging(self._step)
+        if self._tables is not None:  # every worker writes its shard into the chief's folder
+            wait_for_everyone(self._strategy, name="tfx.fault_tolerance.staged")
+            self._tables.save(folder, chief, rank_of(self._strategy))
+        if chief:
             dense_state.save(self._variables, folder)
             self._directory.commit(folder, step=self._step, epoch=epoch, step_in_epoch=step_in_epoch,
                                    num_workers=self._agreement.num_workers,

@@ -37,10 +37,13 @@ class PreemptionNotice:
       signals: the signals that mean "preempted" (default SIGTERM).
       grace_s: seconds from the first signal to a forced exit (default
         ``TFX_PREEMPTION_GRACE_S``).
+      then: what the process does on a notice (for the log).
     """
 
-    def __init__(self, signals=(signal.SIGTERM,), grace_s: float | None = None):
+    def __init__(self, signals=(signal.SIGTERM,), grace_s: float | None = None,
+                 then: str = "this worker saves at the next step boundary agreed with the others and exits"):
         self.signals = tuple(signals)
+        self.then = then
         self.grace_s = settings.get("TFX_PREEMPTION_GRACE_S", grace_s)
         self._previous: dict = {}
         self._signum: int | None = None
@@ -85,9 +88,8 @@ class PreemptionNotice:
                          signal.Signals(signum).name, time.monotonic() - self._at)
             return
         self._signum, self._at = signum, time.monotonic()
-        _log.warning("%s: preemption notice; this worker saves at the next step boundary agreed "
-                     "with the others and exits (at most %g s from now)",
-                     signal.Signals(signum).name, self.grace_s)
+        _log.warning("%s: preemption notice; %s (at most %g s from now)", signal.Signals(signum).name,
+                     self.then, self.grace_s)
         self._timer = threading.Timer(self.grace_s, self._grace_over)
         self._timer.daemon = True
         self._timer.start()
@@ -97,3 +99,18 @@ class PreemptionNotice:
                    "now; the job resumes from the previous checkpoint", self.signal_name, self.grace_s)
         logging.shutdown()
         os._exit(128 + self._signum)
+
+
+def serve_through_notice(what: str, grace_s: float | None = None) -> None:
+    """For a process that serves the workers (a parameter server): SIGTERM does not end it at once.
+
+    The workers save at the step they agree on, and the servers write their
+    shards of the tables for that save: a server that died with the notice
+    would take the checkpoint with it. So the server keeps serving until the
+    workers have saved and said goodbye (then it exits as usual), or until
+    ``grace_s`` (``TFX_PREEMPTION_GRACE_S``) has passed, whichever comes first.
+    The notice must reach the workers too (the launcher forwards it to every
+    process; a Kubernetes pod or SLURM step is signalled as a whole).
+    """
+    PreemptionNotice(grace_s=grace_s, then=f"{what} serves the workers until they have saved and left "
+                     "(then exits)").install()
