@@ -18,7 +18,8 @@ import pytest
 
 from workers import launch_script, rank0_report
 
-pytestmark = pytest.mark.reliability
+# Six jobs (with servers) are over the suite's budget for new tests: `make reliability` runs them.
+pytestmark = [pytest.mark.reliability, pytest.mark.long]
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "preemption_tables.py")
 
