@@ -38,7 +38,7 @@ _moved_modules.install()
 
 
 # Subpackages that import TensorFlow, loaded on first use too.
-_SUBPACKAGES = ("layers",)
+_SUBPACKAGES = ("fault_tolerance", "layers")
 
 
 def __getattr__(name):

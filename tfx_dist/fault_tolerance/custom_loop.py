@@ -11,7 +11,9 @@ pieces: the notice (SIGTERM), the step agreement (one max all-reduce of a
 flag per ``run`` call, on the strategy's communicator) and the checkpoint
 directory (``ckpt-<run calls>/`` and ``LATEST.json``). Once a tfx_dist
 multi-worker strategy exists, ``tf.distribute.experimental.PreemptionCheckpointHandler``
-builds this one (`install`), so programs written for TensorFlow's run unchanged.
+builds this one (`install`), so programs written for TensorFlow's run unchanged
+(the name is then a factory: ``isinstance`` checks against it no longer hold;
+TensorFlow's class stays ``tfx_dist.fault_tolerance.custom_loop.tensorflow_handler``).
 
 Differences from TensorFlow's: the checkpoint is saved at the step the
 workers agree on and the process exits with ``PREEMPTED_EXIT_CODE`` (75)
@@ -168,7 +170,7 @@ class PreemptionCheckpointHandler:
 
 # The tfx_dist multi-worker strategies alive in this process, newest last (`install`).
 _strategies: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
-_tensorflows_handler = tf.distribute.experimental.PreemptionCheckpointHandler
+tensorflow_handler = tf.distribute.experimental.PreemptionCheckpointHandler
 
 
 def _current_strategy():
@@ -186,7 +188,7 @@ class _Dispatch:
         strategy = kwargs.get("strategy") or _current_strategy()
         if type(strategy).__module__.startswith("tfx_dist."):
             return PreemptionCheckpointHandler(*args, **kwargs)
-        return _tensorflows_handler(*args, **kwargs)
+        return tensorflow_handler(*args, **kwargs)
 
 
 def install(strategy) -> None:
