@@ -42,7 +42,7 @@ def test_tables_resume_at_another_size(strategy, first, resumed, stop, tmp_path,
         assert termed.returncode == 75 and saved == 4, log[-4000:]
     for r in range(first[0]):
         assert re.search(rf"\[ *{r}\] .*preempted: saved step {saved} ", log), log[-4000:]
-    assert latest["num_workers"] == first[0]
+    assert (latest["num_workers"], latest["num_ps"]) == first
     again, _ = launch_script(SCRIPT, env, *resumed)
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     run = rank0_report(again)

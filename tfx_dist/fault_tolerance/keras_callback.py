@@ -165,6 +165,7 @@ class StepCheckpoint(keras.callbacks.Callback):
             dense_state.save(self._variables, folder)
             self._directory.commit(folder, step=self._step, epoch=epoch, step_in_epoch=step_in_epoch,
                                    num_workers=self._agreement.num_workers,
+                                   num_ps=_num_servers(self._strategy),
                                    extra={"steps_per_epoch": (self.params or {}).get("steps")})
         wait_for_everyone(self._strategy)  # the chief's files are complete on every worker's return
 
@@ -181,3 +182,8 @@ class StepCheckpoint(keras.callbacks.Callback):
                 os.kill(os.getpid(), self._notice.signals[0])  # as if it came now
         if self._delete_at_end and is_chief(self._strategy):
             shutil.rmtree(self._directory.path, ignore_errors=True)
+
+
+def _num_servers(strategy) -> int:
+    """The parameter servers of the strategy's job (0 without)."""
+    return len(getattr(getattr(strategy, "cluster_info", None), "ps_addresses", None) or ())
