@@ -283,6 +283,8 @@ COPIED_SECTIONS = (
      "python benchmarks/wire_protection.py", "a run of its own"),
     ("service_protection.md", "## Wire protection of the parameter-server service",
      "python benchmarks/service_protection.py", "a run of its own"),
+    ("preemption_check.md", "## Preemption handling: cost per step and per save",
+     "python benchmarks/preemption_check.py", "a run of its own"),
     ("design_measurements.md", "## Measurements behind design choices", None, None),
 )
 # horovod_compare.py's result files: all-reduce and fit, then fit-only reruns.

@@ -38,7 +38,7 @@ _moved_modules.install()
 
 
 # Subpackages that import TensorFlow, loaded on first use too.
-_SUBPACKAGES = ("layers", "serving")
+_SUBPACKAGES = ("fault_tolerance", "layers", "serving")
 
 
 def __getattr__(name):

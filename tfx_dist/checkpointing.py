@@ -4,8 +4,9 @@ TensorFlow's convention, which the multi-worker tutorial follows: every
 worker saves (saving may run collectives), the chief to the real path and the
 others to temporary places they delete afterwards: `write_dirpath`,
 `write_filepath` and `remove_temp_dirpath` give those places.
-`BackupAndRestore` is Keras's callback under tfx_dist's name (Keras's own
-works unchanged, see `tfx_dist._tf_compat.keras_callbacks`).
+`BackupAndRestore` takes Keras's callback's arguments and resumes step-exact
+(`tfx_dist.fault_tolerance`; Keras's own works unchanged, see
+`tfx_dist._tf_compat.keras_callbacks`).
 
 Save barrier: a worker that saves and then loads the chief's file (the
 tutorial does) must not load before the chief has finished writing it. Once a
@@ -42,6 +43,8 @@ import keras
 import tensorflow as tf
 
 from tfx_dist import save_agreement
+from tfx_dist.fault_tolerance import custom_loop
+from tfx_dist.fault_tolerance.keras_callback import StepCheckpoint
 
 # Multi-worker strategies (several workers) alive in this process, newest last.
 _strategies: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
@@ -52,9 +55,11 @@ _installed = False
 
 
 def register_strategy(strategy) -> None:
-    """Records a multi-worker strategy so that saves outside its scope find it."""
+    """Records a multi-worker strategy so that saves outside its scope find it, and so that
+    TensorFlow's ``PreemptionCheckpointHandler`` works on it (`tfx_dist.fault_tolerance`)."""
     _strategies[_next_key[0]] = strategy
     _next_key[0] += 1
+    custom_loop.install(strategy)
 
 
 def is_multi_worker(strategy) -> bool:
@@ -195,14 +200,39 @@ def remove_temp_dirpath(dirpath: str, strategy=None) -> None:
         tf.io.gfile.rmtree(path) if tf.io.gfile.exists(path) else None
 
 
-class BackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`keras.callbacks.BackupAndRestore`, kept under this name for existing programs.
+class BackupAndRestore(StepCheckpoint, keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore`'s arguments, with a step-exact resume and preemption.
 
-    Keras's own callback now works as it is under tfx_dist's multi-worker
-    strategy (see `tfx_dist._tf_compat.keras_callbacks`): the chief writes ``backup_dir``,
-    the other workers write to a temporary folder of their own, and every
-    worker restores from ``backup_dir``, which must be on storage every worker
-    reads.
+    A `tfx_dist.fault_tolerance.StepCheckpoint` (see there for what resumes
+    exactly, and for which inputs) in ``backup_dir``: saves at every epoch's
+    end or every ``save_freq`` steps, and on a preemption notice (SIGTERM:
+    the workers agree on a step, save it and exit with
+    ``tfx_dist.fault_tolerance.PREEMPTED_EXIT_CODE``, 75). A rerun continues
+    at the step after the last one saved, not at the start of its epoch as
+    Keras's callback does. A ``backup_dir`` written by Keras's own callback
+    is still restored, Keras's way (at its epoch). ``backup_dir`` must be on
+    storage every worker reads; the chief writes it.
 
-    Args: as `keras.callbacks.BackupAndRestore`.
+    Args:
+      backup_dir: the checkpoint directory (``ckpt-<step>/`` folders, ``LATEST.json``).
+      save_freq: ``"epoch"`` or a number of steps.
+      double_checkpoint: accepted for Keras's signature: the previous
+        checkpoint is always kept until the next one is complete.
+      delete_checkpoint: delete ``backup_dir`` once `fit` ends normally.
+      preemption: handle SIGTERM as a preemption notice.
     """
+
+    def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True,
+                 preemption=True):
+        keras.callbacks.BackupAndRestore.__init__(self, backup_dir, save_freq=save_freq,
+                                                  double_checkpoint=double_checkpoint,
+                                                  delete_checkpoint=delete_checkpoint)
+        StepCheckpoint.__init__(self, backup_dir, save_freq=save_freq, preemption=preemption,
+                                delete_at_end=delete_checkpoint)
+
+    def _restore_latest(self) -> None:
+        if self._directory.latest() is None and os.path.exists(self._training_metadata_path):
+            keras.callbacks.BackupAndRestore.on_train_begin(self)  # a backup of Keras's callback
+            self._step = int(self.model.optimizer.iterations.numpy())
+            return
+        super()._restore_latest()

@@ -222,6 +222,18 @@ SETTINGS = {
                 "many bytes (input_dim * output_dim * 4) is sharded over the workers; a "
                 "smaller one is replicated on every worker (its gradient all-reduced). A "
                 "layer's `placement=` argument overrides the rule."),
+        # Preemption and resume (tfx_dist.fault_tolerance).
+        Setting("TFX_CHECKPOINT_DIR", "", _Text(),
+                "Preemption and resume: the checkpoint directory of `tfx_dist.BackupAndRestore` / "
+                "`tfx_dist.fault_tolerance.StepCheckpoint` when none is given in code "
+                "(`ckpt-<step>/` folders and `LATEST.json`, docs/reliability.md)."),
+        Setting("TFX_PREEMPTION_GRACE_S", 20.0, _Number(float, 0, 3600, low_open=True),
+                "Preemption: seconds from a SIGTERM to the end of the worker's save; a worker "
+                "still saving then exits with 128 + the signal (the previous checkpoint stays "
+                "the one to resume from). Below Kubernetes's default 30 s grace period."),
+        Setting("TFX_PREEMPTION_CHECK_STEPS", 1, _Number(int, 1, 1 << 30),
+                "Preemption: the workers agree whether to stop every this many steps (one "
+                "all-reduce of an int32 per check)."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, _Number(int, 1, 1 << 40),
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),

@@ -4,16 +4,12 @@ kills the job), the same command run again: it resumes from the last epoch
 backed up, and with a deterministic input order its final weights equal an
 uninterrupted run's."""
 
-import json
 import os
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
-from workers import REPO_ROOT
+from workers import launch_script, rank0_report as _report
 
 pytestmark = pytest.mark.reliability
 
@@ -21,23 +17,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "ki
 
 
 def _launch(shared, kill_at=None):
-    env = dict(os.environ, SHARED=str(shared), TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join([REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]))
-    env.pop("KILL_AT", None)
-    if kill_at:
-        env["KILL_AT"] = kill_at
-    start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "tfx_dist.run", "-n", "2", "--timeout", "240",
-                             sys.executable, SCRIPT], capture_output=True, text=True, env=env,
-                            cwd=REPO_ROOT, timeout=300)
-    return result, time.monotonic() - start
-
-
-def _report(result):
-    lines = [line[len("[0] RESULT "):] for line in result.stdout.splitlines()
-             if line.startswith("[0] RESULT ")]
-    assert lines, f"rc {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return json.loads(lines[-1])
+    return launch_script(SCRIPT, {"SHARED": str(shared), "KILL_AT": kill_at or ""})
 
 
 def test_a_job_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, reliability):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +41,33 @@ def free_ports(n: int) -> list[int]:
         for s in socks:
             s.close()
     return ports
+
+
+def launch_script(script: str, env: dict, num_workers: int = 2, num_ps: int = 0,
+                  grace_period: float = 5.0) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs a worker script under ``tfx-dist-run -n num_workers --ps num_ps`` (this folder importable,
+    ``env`` added); returns the finished process, whatever its exit status, and its wall time."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env,
+               PYTHONPATH=os.pathsep.join([REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]))
+    start = time.monotonic()
+    launcher = [sys.executable, "-m", "tfx_dist.run", "-n", str(num_workers), "--ps", str(num_ps),
+                "--grace-period", str(grace_period)]
+    result = subprocess.run(launcher + ["--timeout", "240", sys.executable, script], capture_output=True,
+                            text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    return result, time.monotonic() - start
+
+
+def rank0_reports(result: subprocess.CompletedProcess) -> list:
+    """Every value rank 0 passed to `report` in a job run by `launch_script`, in order."""
+    rank0 = re.compile(r"^\[ *0\] " + RESULT_PREFIX)  # labels padded to the longest ("ps0")
+    lines = [rank0.sub("", line) for line in result.stdout.splitlines() if rank0.match(line)]
+    assert lines, f"rc {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return [json.loads(line) for line in lines]
+
+
+def rank0_report(result: subprocess.CompletedProcess):
+    """The last value rank 0 passed to `report` in a job run by `launch_script`."""
+    return rank0_reports(result)[-1]
 
 
 def run_example(script: str, *args: str, num_workers: int = 2) -> subprocess.CompletedProcess:

@@ -7,6 +7,7 @@ import sys
 from tfx_dist import settings
 from tfx_dist.cluster import ClusterInfo
 from tfx_dist.comm.service import ServiceServer
+from tfx_dist.fault_tolerance import notice
 from tfx_dist.parameter_server import _native
 
 
@@ -21,6 +22,8 @@ def serve(info: ClusterInfo, synchronous: bool, timeout_s: float | None = None) 
     labels = [f"worker {w} ({address})" for w, address in enumerate(info.worker_addresses)]
     server = ServiceServer(info.task_index, servers, info.num_workers, timeout_s=timeout_s,
                            client_labels=labels)
+    # A preemption notice: serve the workers' last save, then exit (bounded).
+    notice.serve_through_notice(f"parameter server {info.task_index}")
     try:
         _native.call(_native.lib().tfx_ps_serve, server.handle, info.task_index, len(servers),
                      info.num_workers, int(synchronous), timeout_s)

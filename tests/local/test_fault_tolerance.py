@@ -1,0 +1,123 @@
+"""The checkpoint directory and the model-state files, in one process (no workers needed).
+
+A half-written or damaged checkpoint is never loaded (the newest complete one is), the previous
+checkpoint survives until the next one is complete, and a checkpoint of another model is refused
+with an error naming the first variable that differs.
+"""
+
+import json
+import os
+import signal
+
+import keras
+import numpy as np
+import pytest
+
+from tfx_dist.errors import DataLossError
+from tfx_dist.fault_tolerance import PREEMPTED_EXIT_CODE, dense_state
+from tfx_dist.fault_tolerance.checkpoint_dir import CheckpointDir
+from tfx_dist.fault_tolerance.notice import PreemptionNotice
+
+
+def _save(directory, step, payload=b"x"):
+    folder = directory.begin(step)
+    with open(os.path.join(folder, "data.bin"), "wb") as f:
+        f.write(payload * 100)
+    return directory.commit(folder, step=step, epoch=0, step_in_epoch=step, num_workers=2)
+
+
+def test_the_latest_complete_checkpoint_is_found_and_damaged_ones_are_skipped(tmp_path):
+    directory = CheckpointDir(str(tmp_path / "ckpt"))
+    assert directory.latest() is None
+    for step in (1, 2, 3):
+        _save(directory, step)
+    assert sorted(os.listdir(directory.path)) == ["LATEST.json", "ckpt-2", "ckpt-3"]  # previous kept
+    with open(os.path.join(directory.path, "LATEST.json")) as f:
+        latest = json.load(f)
+    assert {k: latest[k] for k in ("step", "path", "num_workers", "num_ps")} == {
+        "step": 3, "path": "ckpt-3", "num_workers": 2, "num_ps": 0}
+    assert directory.latest().step == 3
+    # A writer killed before its rename leaves a temporary folder: never read.
+    half = directory.begin(4)
+    open(os.path.join(half, "data.bin"), "wb").close()
+    assert directory.latest().step == 3
+    # The newest checkpoint's file cut short: the previous one is used.
+    with open(os.path.join(directory.path, "ckpt-3", "data.bin"), "r+b") as f:
+        f.truncate(10)
+    with pytest.raises(DataLossError, match="data.bin has 10 bytes"):
+        directory.verify(os.path.join(directory.path, "ckpt-3"))
+    assert directory.latest().step == 2
+    # Same size, other bytes: the checksum says so.
+    with open(os.path.join(directory.path, "ckpt-2", "data.bin"), "r+b") as f:
+        f.write(b"y")
+    assert directory.latest() is None
+    # Writing again clears what interrupted writers left.
+    _save(directory, 5)
+    assert directory.latest().step == 5 and not [n for n in os.listdir(directory.path) if "tmp" in n]
+
+
+def _model(width):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(width), keras.layers.Dropout(0.5),
+                              keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.1), "mse")
+    model.fit(np.ones((4, 3)), np.ones((4, 1)), verbose=0)
+    return model
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_variable(tmp_path):
+    saved = _model(4)
+    dense_state.save(dense_state.model_variables(saved), str(tmp_path))
+    same = _model(4)
+    dense_state.restore(dense_state.model_variables(same), str(tmp_path))
+    for a, b in zip(dense_state.model_variables(saved), dense_state.model_variables(same)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # weights, slots, iterations, seed state
+    with pytest.raises(dense_state.CheckpointMismatchError,
+                       match=r"variable 0 is .*kernel \(3, 4\) float32 there, .*kernel \(3, 5\)"):
+        dense_state.restore(dense_state.model_variables(_model(5)), str(tmp_path))
+    other = _model(4)
+    other.compile(keras.optimizers.SGD(0.1), "mse")
+    other.fit(np.ones((4, 3)), np.ones((4, 1)), verbose=0)
+    with pytest.raises(dense_state.CheckpointMismatchError, match="holds .* variables"):
+        dense_state.restore(dense_state.model_variables(other), str(tmp_path))
+
+
+def test_sigterm_is_noted_twice_without_harm_and_the_grace_period_is_bounded():
+    assert PREEMPTED_EXIT_CODE == 75
+    notice = PreemptionNotice(grace_s=60)
+    notice.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert notice.received and notice.signal_name == "SIGTERM"
+    finally:
+        notice.uninstall()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with pytest.raises(ValueError, match="TFX_PREEMPTION_GRACE_S"):
+        PreemptionNotice(grace_s=0)
+
+
+def test_a_fit_stops_at_sigterm_with_75_and_refuses_another_global_batch(tmp_path):
+    from tfx_dist.fault_tolerance.keras_callback import StepCheckpoint
+
+    x = np.arange(48, dtype="float32").reshape(16, 3) / 48
+    y = x.sum(axis=1, keepdims=True)
+
+    class TermAfter(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    model = _model(4)
+    with pytest.raises(SystemExit) as stop:
+        model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0,
+                  callbacks=[TermAfter(), StepCheckpoint(str(tmp_path))])
+    assert stop.value.code == PREEMPTED_EXIT_CODE
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # still noted until the exit
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    latest = CheckpointDir(str(tmp_path)).latest()
+    assert (latest.epoch, latest.step_in_epoch, latest.extra["steps_per_epoch"]) == (0, 3, 4)
+    with pytest.raises(dense_state.CheckpointMismatchError, match="epoch of 4 steps; this run's epochs "
+                                                                  "have 2 steps"):
+        _model(4).fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0,
+                      callbacks=[StepCheckpoint(str(tmp_path))])
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
