@@ -234,6 +234,9 @@ SETTINGS = {
         Setting("TFX_PREEMPTION_CHECK_STEPS", 1, _Number(int, 1, 1 << 30),
                 "Preemption: the workers agree whether to stop every this many steps (one "
                 "all-reduce of an int32 per check)."),
+        Setting("TFX_RESTART_COUNT", 0, _Number(int, 0, 1 << 30),
+                "Set by `tfx-dist-run` in each worker: 0 in a job's first run, then 1, 2, ... after "
+                "each restart (on top of an engine's own count, e.g. SLURM_RESTART_COUNT)."),
         Setting("TFX_CHUNK_BYTES", 128 << 10, _Number(int, 1, 1 << 40),
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),
