@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from tfx_dist import _tf_compat as tfc
 from tfx_dist.tables import keras_file, protocol
 from tfx_dist.tables.placement import Placement
 
@@ -45,6 +46,8 @@ class LocalTable:
         self.embeddings = layer.add_weight(
             shape=(layer.input_dim, layer.output_dim), initializer=layer.embeddings_initializer,
             name="embeddings", trainable=True)
+        if placement == Placement.REPLICATED:  # one device has one gradient row per distinct id
+            tfc.rows_summed_by_id(self.embeddings.value)
 
     def lookup(self, unique_ids):
         checks = [
