@@ -27,7 +27,7 @@ def test_guide_programs_match_one_device(tmp_path, strategy, num_ps):
     for r in results:
         assert r.returncode == 0, r.describe()
     workers = [r.result for r in results[:2]]
-    one_device = workers[0]["one_device"]
+    one_device = {**workers[0]["one_device"], **workers[1]["one_device"]}
     failures = []
     for shape in SHAPES:
         for i, worker in enumerate(workers):
