@@ -112,8 +112,8 @@ def apply_gradients_loop(strategy):
 
 def embedding_optimizers(strategy):
     """``keras.layers.Embedding`` trained with each optimizer, ids repeated within and across
-    the replicas' rows: one model per optimizer, all stepped by one ``@tf.function`` (one
-    trace instead of a ``fit`` each; Keras's optimizer step is the same)."""
+    the replicas' rows: one model per optimizer, all stepped by one ``strategy.run`` in a
+    ``@tf.function`` (one trace instead of a ``fit`` each; Keras's optimizer step is the same)."""
     rs = np.random.RandomState(0)
     ids = rs.randint(0, 6, (64, 3)).astype("int32")
     y = rs.rand(64, 1).astype("float32")
@@ -124,16 +124,19 @@ def embedding_optimizers(strategy):
         optimizers = [getattr(keras.optimizers, name)(0.1) for name in OPTIMIZERS]
         loss_fn = keras.losses.MeanSquaredError()
 
-    @tf.function
     def train_step(ib, yb):
         for model, optimizer in zip(models, optimizers):
             with tf.GradientTape() as tape:
                 loss = loss_fn(yb, model(ib, training=True))
             optimizer.apply(tape.gradient(loss, model.trainable_weights), model.trainable_weights)
 
+    @tf.function
+    def distributed_train_step(ib, yb):
+        _run(strategy, train_step, (ib, yb))
+
     for _ in range(2):
         for batch in _batches(strategy, ids, y):
-            _run(strategy, train_step, batch)
+            distributed_train_step(*batch)
     return {f"embedding_{name}": _arrays(model.get_weights())
             for name, model in zip(OPTIMIZERS, models)}
 
