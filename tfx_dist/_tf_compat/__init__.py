@@ -14,8 +14,10 @@ objects. A TensorFlow upgrade touches this package only:
   (`patches.install`); one module per replaced area (`direct_read`,
   `partial_batch_check`, `iterator_hand_over`, `table_gradients`,
   `checkpoint_files`, `keras_build`, `loss_share`, `optimizer_extras`,
-  `keras_array_input`, `keras_loop_steps`), each
+  `keras_array_input`, `keras_loop_steps`, `keras_all_reduce`), each
   saying what it replaces and why.
+* `step_functions`: a step given to ``strategy.run`` and wrapped by tfx_dist is traced
+  as TensorFlow traces it (a tf.function around every replica; AutoGraph).
 * `keras_optimizer`: a hook where Keras 3 optimizers clip gradients (private
   ``_clip_gradients``), for Horovod's ``DistributedOptimizer``.
 * `keras_callbacks`: Keras's file-writing callbacks pointed at per-worker
@@ -55,6 +57,8 @@ from tfx_dist._tf_compat.optimizer_extras import (OptimizerExtrasHost,  # noqa: 
                                                   keep_optimizer_extras)
 from tfx_dist._tf_compat.partial_batch_check import check_partial_batches_locally  # noqa: E402
 from tfx_dist._tf_compat.table_gradients import route_table_gradients  # noqa: E402
+from tfx_dist._tf_compat.keras_all_reduce import rows_summed_by_id  # noqa: E402
+from tfx_dist._tf_compat import step_functions  # noqa: E402
 from tfx_dist._tf_compat import patches  # noqa: E402,F401 (declares what the calls above install)
 
 __all__ = [
@@ -71,5 +75,6 @@ __all__ = [
     "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",
     "hand_over_dataset_iterators",
     "OptimizerExtrasHost", "keep_optimizer_extras", "read_one_element_per_replica",
-    "replica_loss_share", "route_table_gradients", "GradientHook", "optimizer_with_gradient_hook",
+    "replica_loss_share", "route_table_gradients", "rows_summed_by_id", "step_functions",
+    "GradientHook", "optimizer_with_gradient_hook",
 ]

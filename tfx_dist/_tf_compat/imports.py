@@ -40,3 +40,7 @@ from tensorflow.python.trackable import base as trackable_base  # noqa: F401
 from tensorflow.python.ops import resource_variable_ops  # noqa: F401
 # register_read_only_resource_op: automatic control dependencies do not order such reads.
 from tensorflow.python.framework import auto_control_deps_utils  # noqa: F401
+# Function (tf.function's class) and AutoGraph's conversion: a tf.function step given to
+# strategy.run is traced once around every replica, as TensorFlow's mirrored_run does.
+from tensorflow.python.eager import def_function  # noqa: F401
+from tensorflow.python.autograph.core import ag_ctx  # noqa: F401

@@ -21,6 +21,9 @@ One module per replaced area, each saying what it replaces and why:
   (``TensorFlowTrainer._maybe_symbolic_build``).
 * `loss_share`: losses scaled by the replica's share of the global batch
   (``scale_loss_for_distribution``, ``unscale_loss_for_distribution``).
+* `keras_all_reduce`: a table whose lookup sums rows per id gets one gradient row per
+  id after the all-reduce; Keras's gradient accumulation is refused with an error
+  that says what to write (``TFOptimizer._all_reduce_sum_gradients``).
 * `optimizer_extras`: a strategy adds optimizer state it keeps elsewhere to
   Keras's files (``BaseOptimizer.save_own_variables`` / ``load_own_variables``).
 * `keras_array_input`: Keras's shuffled NumPy input records its adapter, for an
@@ -35,8 +38,8 @@ One module per replaced area, each saying what it replaces and why:
 from __future__ import annotations
 
 from tfx_dist._tf_compat import (checkpoint_files, direct_read, iterator_hand_over,
-                                 keras_array_input, keras_build, keras_loop_steps,
-                                 loss_share, optimizer_extras,
+                                 keras_all_reduce, keras_array_input, keras_build,
+                                 keras_loop_steps, loss_share, optimizer_extras,
                                  partial_batch_check, replacements, table_gradients)
 
 replacements.declare([
@@ -50,6 +53,7 @@ replacements.declare([
     optimizer_extras.install,
     keras_array_input.install,
     keras_loop_steps.install,
+    keras_all_reduce.install,
 ])
 
 

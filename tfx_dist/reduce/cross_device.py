@@ -6,7 +6,7 @@ reduces the dense tensors that live on the same devices in a few
 ``TfxFusedReduce`` ops (*packs*) on one device, then gives each other
 destination device the result (on the CPU, TensorFlow shares the buffer
 between devices, so nothing is copied). Sparse gradients (`tf.IndexedSlices`)
-are concatenated, as TensorFlow does, then merged to one row per index. Dtypes
+are concatenated, as TensorFlow does (a row per occurrence, as on one device). Dtypes
 the op does not cover fall back to ``tf.add_n``.
 
 Why packs rather than one op: an op starts only when all its inputs exist and
@@ -48,21 +48,14 @@ def _is_sparse(values) -> bool:
     return any(isinstance(v, tf.IndexedSlices) for v in values)
 
 
-def merge_duplicate_rows(slices: tf.IndexedSlices) -> tf.IndexedSlices:
-    """The same sum with one row per distinct index.
-
-    Concatenated sparse gradients repeat an index once per replica that used
-    it. An optimizer that is not linear in the gradient (Adagrad, Adam, FTRL)
-    then updates that row with the square of each part instead of the square
-    of their sum, and Keras 3 does not merge them before applying.
-    """
-    indices, position = tf.unique(tf.cast(slices.indices, tf.int64))
-    rows = tf.math.unsorted_segment_sum(slices.values, position, tf.size(indices))
-    return tf.IndexedSlices(rows, indices, slices.dense_shape)
-
-
 def _reduce_indexed_slices(values, reduction: str) -> tf.IndexedSlices:
-    """Sums sparse gradients: their rows concatenated, then merged by index."""
+    """Sums sparse gradients: their rows concatenated in replica order, as TensorFlow does.
+
+    Rows with the same index are not merged: for a lookup such as
+    `keras.layers.Embedding` the concatenation is one device's gradient of the
+    whole batch (a row per occurrence), which optimizers that square the
+    gradient (Adam, Adagrad, RMSprop, FTRL) apply row by row.
+    """
     slices = [v if isinstance(v, tf.IndexedSlices)
               else tf.IndexedSlices(tf.convert_to_tensor(v),
                                     tf.range(tf.shape(v, out_type=tf.int64)[0]),
@@ -72,7 +65,7 @@ def _reduce_indexed_slices(values, reduction: str) -> tf.IndexedSlices:
     rows = tf.concat([s.values for s in slices], axis=0)
     if reduction == "mean":
         rows = rows / tf.cast(len(slices), rows.dtype)
-    return merge_duplicate_rows(tf.IndexedSlices(rows, indices, slices[0].dense_shape))
+    return tf.IndexedSlices(rows, indices, slices[0].dense_shape)
 
 
 def split_into_packs(nbytes: list[int | None], pack_bytes: int | None = None) -> list[list[int]]:

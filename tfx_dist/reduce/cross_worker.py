@@ -45,7 +45,7 @@ import weakref
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
-from tfx_dist.reduce.cross_device import FusedAllReduce, merge_duplicate_rows, reduction_name
+from tfx_dist.reduce.cross_device import FusedAllReduce, reduction_name
 from tfx_dist.reduce.dtype_encoding import encode_for_move, encode_for_reduce, reduced_as_is
 
 _SUM = tf.distribute.ReduceOp.SUM
@@ -227,7 +227,8 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
     def _cross_gather_slices(self, slices: tf.IndexedSlices) -> tf.IndexedSlices:
         rows = self._cross_all_gather(slices.values)
         indices = self._cross_all_gather(tf.cast(slices.indices, tf.int64))
-        return merge_duplicate_rows(tf.IndexedSlices(rows, indices, slices.dense_shape))
+        # In rank order, unmerged: the rows of the global batch, as on one device.
+        return tf.IndexedSlices(rows, indices, slices.dense_shape)
 
     def _to_destinations(self, value, destinations):
         return tfc.cross_device_ops_lib.simple_broadcast(

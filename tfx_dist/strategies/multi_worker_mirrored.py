@@ -239,13 +239,31 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
                 return tfc.cross_device_ops_lib.reduce_non_distributed_value(
                     reduce_op, v, destinations, len(self.worker_devices))
             # A plain tensor counts as this worker's one value.
+            v, to = self._one_value(v, destinations)
             return self._cross_device_ops.reduce(
-                reduce_op, v, destinations=destinations,
+                reduce_op, v, destinations=to,
                 options=self._communication_options.merge(options))
 
         return tf.nest.map_structure(reduce_one, value)
 
+    def _one_value(self, value, destinations):
+        """``(value, destinations)`` as the cross-device ops take a value this worker holds once.
+
+        A Keras variable (a metric whose ``result()`` is its variable) becomes a tensor, and a
+        tensor without a device (read in a function outside any device scope) goes to this
+        worker's first device, rather than failing for want of a device.
+        """
+        if isinstance(value, tf.distribute.DistributedValues):
+            return value, destinations
+        if not isinstance(value, (tf.Tensor, tf.IndexedSlices)):  # sparse gradients stay sparse
+            value = tf.convert_to_tensor(value)
+        device = destinations if isinstance(destinations, str) else getattr(destinations, "device", None)
+        if not device and not isinstance(destinations, tf.distribute.DistributedValues):
+            destinations = value.device or self.worker_devices[0]
+        return value, destinations
+
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        value_destination_pairs = [self._one_value(v, d) for v, d in value_destination_pairs]
         return self._cross_device_ops.batch_reduce(
             reduce_op, value_destination_pairs,
             options=self._communication_options.merge(options))

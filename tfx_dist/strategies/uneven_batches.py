@@ -59,6 +59,11 @@ class ReplicaLossShares:
         index = _batch_leaf_index(flat)
         if index is None or self._num_replicas_in_sync == 1:
             return super()._call_for_each_replica(fn, args, kwargs)
+        if tfc.step_functions.needs_lifting(fn, self.worker_devices):
+            # A tf.function step: trace it once around every replica, as TensorFlow does (its
+            # optimizer's merge_call cannot leave a graph traced inside one replica).
+            return tfc.step_functions.lifted(fn, self, self._call_for_each_replica)(*args, **kwargs)
+        fn = tfc.step_functions.converted_in_graph(fn)
         global_rows = self._global_rows(tf.add_n([_rows(v) for v in flat[index].values]))
 
         @tf.autograph.experimental.do_not_convert

@@ -70,6 +70,8 @@ class LocalTable(tfc.trackable_base.Trackable):
         replacements.install()
         # CheckpointManager's clean-up of old checkpoints deletes the rows' shard files too.
         tfc.delete_with_checkpoints(table_checkpoint.SHARD_FILES_OF_CHECKPOINT)
+        if placement == Placement.REPLICATED:  # one device has one gradient row per distinct id
+            tfc.rows_summed_by_id(self.embeddings.value)
 
     def lookup(self, unique_ids):
         checks = [
