@@ -36,7 +36,7 @@ import tensorflow as tf
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import checkpointing
 from tfx_dist import cluster as cluster_lib
-from tfx_dist._tf_compat import keras_callbacks
+from tfx_dist._tf_compat import keras_callbacks, keras_calls
 # The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
 from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
                                     write_dirpath, write_filepath)
@@ -132,6 +132,7 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
             checkpointing.register_strategy(container_strategy)
             checkpointing.install_save_barrier()
             keras_callbacks.install()
+            keras_calls.install(container_strategy)  # collectives never pair across calls
         tf.get_logger().info(
             "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
             info.rank, info.num_workers, info.task_type, info.task_index, local_devices)
