@@ -72,7 +72,7 @@ def test_a_forged_hello_does_not_abort_the_rendezvous(reliability):
     assert "value" in out, out
     _close_fds(mine)
     _close_fds(out["value"])
-    reliability("one forged HELLO claiming rank 1 (random proof) to rank 0; the real rank 1 starts 6 s later",
+    reliability("attack: one forged HELLO claiming rank 1 (random proof) to rank 0; the real rank 1 starts 6 s later",
                 "rejected and reported; rank 0 keeps waiting and the real rank 1 connects",
                 round(time.monotonic() - t0, 3))
 
@@ -99,7 +99,7 @@ def test_idle_connections_do_not_keep_a_real_client_out_of_a_parameter_server(re
     for fd in fds + out["value"][0]:
         os.close(fd)
     assert connected_s < 5, connected_s  # before: one 10 s round per 64 idle connections
-    reliability("300 idle connections (and a forged HELLO) to a parameter server, then the real worker",
+    reliability("attack: 300 idle connections (and a forged HELLO) to a parameter server, then the real worker",
                 "idle ones dropped after 2 s or evicted (16 per source); the worker connects",
                 round(connected_s, 3))
 
@@ -118,6 +118,6 @@ def test_transport_settings_that_differ_are_named_at_once(reliability):
         assert "TFX_WIRE_PROTECTION" in message and "'integrity'" in message and "'none'" in message, message
         assert "rank 0 has" in message and "rank 1 has" in message, message
     assert detected < 5, detected
-    reliability("TFX_WIRE_PROTECTION differs between ranks (integrity / none)",
+    reliability("bad input: TFX_WIRE_PROTECTION differs between ranks (integrity / none)",
                 f"both ranks fail at the handshake: {str(e.value)[:150]}", round(detected, 3),
                 "the job (as it must)")

@@ -34,6 +34,7 @@ rank out (it retries a dropped handshake).
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import selectors
 import socket
@@ -128,6 +129,12 @@ class _Listener:
                 conn, peer_addr = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
+            except OSError as e:  # out of fds (a flood): the oldest handshake makes room
+                if e.errno in (errno.EMFILE, errno.ENFILE) and self.pending:
+                    victim = next(iter(self.pending.values()))
+                    self._drop(victim, f"connection from {victim.where} evicted: this process is out of "
+                                       f"file descriptors (a flood?)")
+                return
             conn.setblocking(False)
             hs = Handshake(self, conn, peer_addr, time.monotonic())
             self._make_room(hs.source)
@@ -148,7 +155,10 @@ class _Listener:
     def _feed(self, hs: Handshake | None) -> None:
         if hs is None:
             return
-        outcome = hs.on_readable()
+        try:
+            outcome = hs.on_readable()
+        except Exception as e:  # noqa: BLE001 - no connection may stop the listener
+            outcome = Outcome(rejected=f"handshake with {hs.where} failed: {type(e).__name__}: {e}")
         if outcome is not None:
             self._settle(hs, outcome)
 
