@@ -173,7 +173,7 @@ def test_stuck_client_times_out():
 
 @pytest.mark.reliability
 @pytest.mark.parametrize("garbage", ["magic", "oversized", "truncated", "garbage"])
-def test_garbage_drops_only_that_client(garbage, reliability):
+def test_garbage_drops_that_client_and_stops_the_others(garbage, reliability):
     # The frame decoder itself: raw bytes on a protected connection would fail the integrity check first.
     srv, cli = start(1, ["calls_for_a_while", garbage], env={"TFX_SHM": "0", "TFX_WIRE_PROTECTION": "none"}, raw={1})
     assert cli[1].finish().result() == {"dropped": True}
