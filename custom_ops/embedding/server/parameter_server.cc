@@ -78,7 +78,11 @@ int64_t ParameterServer::version() const {
 
 void ParameterServer::Stop(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!stopping_) stop_reason_ = why;
+  if (!stopping_) {
+    // The service's words follow this server's own prefix in the replies: its prefix once is enough.
+    const std::string prefix = "tfx_dist service: ";
+    stop_reason_ = why.compare(0, prefix.size(), prefix) == 0 ? why.substr(prefix.size()) : why;
+  }
   stopping_ = true;
   applied_.notify_all();
 }
