@@ -156,6 +156,12 @@ BAD_TF_CONFIGS = [
      ["no \"chief\" or \"worker\" task"]),
     ("empty job", tf_config({"worker": []})["TF_CONFIG"],
      ["`cluster.worker` must be a non-empty list"]),
+    # Before: a bare UnicodeError from the idna codec when the rendezvous resolved it.
+    ("host name over 253 characters", tf_config({"worker": ["a:1", "h" * 254 + ":2"]})["TF_CONFIG"],
+     ["`cluster.worker[1]`", "254 characters", "at most 253", "'hhhh"]),
+    ("host label over 63 characters",
+     tf_config({"worker": ["a:1", "x" * 64 + ".example.com:2"]})["TF_CONFIG"],
+     ["`cluster.worker[1]`", "a label of 64 characters", "at most 63", ".example.com:2'"]),
 ]
 
 

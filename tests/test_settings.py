@@ -31,6 +31,18 @@ def test_bad_value_names_the_variable(monkeypatch):
         settings.get("TFX_LOCAL_FUSION_BYTES")
 
 
+@pytest.mark.parametrize("env,text,fragment", [
+    # Before: an empty boolean read as false (TFX_SHM= turned shared memory off), and a
+    # cycle time of a minute was accepted (every collective then waited up to a minute).
+    ("TFX_SHM", "", "an empty value"), ("TFX_ALLTOALL_FUSION", " ", "an empty value"),
+    ("TFX_CYCLE_TIME_MS", "60000", "<= 1000")])
+def test_empty_booleans_and_minute_long_cycles_are_refused(env, text, fragment, monkeypatch):
+    monkeypatch.setenv(env, text)
+    with pytest.raises(ValueError) as e:
+        settings.get(env)
+    assert env in str(e.value) and fragment in str(e.value), str(e.value)
+
+
 def test_a_deprecated_name_is_read_with_one_warning(monkeypatch):
     monkeypatch.delenv("TFX_COMM_FUSION_BYTES", raising=False)
     monkeypatch.setenv("TFX_FUSION_THRESHOLD_BYTES", "4096")

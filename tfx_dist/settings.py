@@ -85,15 +85,19 @@ class _Number(_Parser):
 
 
 class _Bool(_Parser):
-    allowed = "1/0, true/false, yes/no, on/off"
-    bad = ("maybe", "2", "tru")
+    # An empty value is refused rather than read as false or as the default:
+    # it is what an unset shell or template variable gives (TFX_SHM=$UNSET),
+    # and either reading would silently change the job; "unset" is the way
+    # to ask for the default.
+    allowed = "1/0, true/false, yes/no, on/off (unset for the default)"
+    bad = ("maybe", "2", "tru", "", " ")
 
     def __call__(self, text: str) -> bool:
-        if text.lower() in ("1", "true", "yes", "on"):
+        if text.strip().lower() in ("1", "true", "yes", "on"):
             return True
-        if text.lower() in ("0", "false", "no", "off", ""):
+        if text.strip().lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError("not a boolean")
+        raise ValueError("an empty value" if not text.strip() else "not a boolean")
 
     def check(self, value):
         if isinstance(value, bool) or value in (0, 1):
@@ -164,9 +168,11 @@ SETTINGS = {
                 "TFX_COMM_FUSION_BYTES (HybridStrategy's tables' forward exchanges among them); "
                 "and HybridStrategy sends the gradient rows of all its sharded tables in one "
                 "all-to-all (ids, one for rows) per step. 0: one exchange per tensor and per table."),
-        Setting("TFX_CYCLE_TIME_MS", 0.0, _Number(float, 0, 60_000),
+        # At most a second: every collective waits up to one cycle, so a
+        # minute (accepted before) stalled each of them for a minute.
+        Setting("TFX_CYCLE_TIME_MS", 0.0, _Number(float, 0, 1000),
                 "Minimum time between two negotiation cycles of the cross-process "
-                "runtime; larger values fuse more requests at the cost of latency."),
+                "runtime (0-1000 ms); larger values fuse more requests at the cost of latency."),
         Setting("TFX_COMPRESSION", "none", _Choice("none", "float16", "bfloat16"),
                 "Wire compression for float32 cross-process all-reduce: none, float16 "
                 "or bfloat16."),

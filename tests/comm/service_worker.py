@@ -113,7 +113,12 @@ def client(index, addresses, num_clients, scenario):
             try:
                 c.call([(0, WAIT_FOR_OTHER, b"")])
             except KeyboardInterrupt as e:
-                print("INTERRUPTED", json.dumps({"message": str(e), "time": time.time()}), flush=True)
+                at, again = time.time(), None
+                try:  # the connection is broken now: a later call says so, naming the Ctrl-C
+                    c.call([(0, ECHO, b"x")])
+                except BaseException as later:  # noqa: BLE001 - KeyboardInterrupt again (CANCELLED)
+                    again = str(later)
+                print("INTERRUPTED", json.dumps({"message": str(e), "again": again, "time": at}), flush=True)
                 os._exit(4)
             result["interrupted"] = False
         elif scenario == "idle":

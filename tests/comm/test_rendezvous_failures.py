@@ -29,23 +29,27 @@ def test_a_wrong_secret_fails_every_rank_long_before_the_timeout(reliability):
     assert "failed authentication" in errors[0] and "TFX_JOB_SECRET" in errors[0], errors
     assert "rather than after TFX_TIMEOUT_S" in errors[0], errors
     assert "failed authentication" in errors[1], errors
-    # 5 s of grace for the real rank 1, plus process start-up on a loaded machine.
+    # Process start-up on a loaded machine; rank 0 fails as soon as its probe confirms.
     assert elapsed < 40, elapsed
     reliability("rank 1 started with another TFX_JOB_SECRET (TFX_TIMEOUT_S=120)",
-                "both ranks fail naming the secret; rank 0 after the 5 s grace, not the timeout",
+                "both ranks fail naming the secret: rank 1 at rank 0's WELCOME, rank 0 once it "
+                "confirms at rank 1's own address (a probe), not at the timeout",
                 detected_s=round(elapsed, 1))
 
 
 def test_a_wrong_secret_is_an_authentication_error_on_both_sides():
     addresses = procs.free_addresses(2)
     listener = rendezvous._Listener(0, 2, addresses, b"job-secret", time.monotonic() + 30)
+    # Rank 1 with another secret, at its own address: where rank 0's probe confirms the failure.
+    rank_1 = rendezvous._Listener(1, 2, addresses, b"other-secret", time.monotonic() + 30)
     try:
         with pytest.raises(UnauthenticatedRendezvousError) as client:
             rendezvous._connect(1, 2, 0, addresses, rendezvous.DATA, b"other-secret", time.monotonic() + 10)
-        with pytest.raises(UnauthenticatedRendezvousError) as server:  # after the grace for the real rank
+        with pytest.raises(UnauthenticatedRendezvousError) as server:  # once the probe confirmed it
             listener.wait()
     finally:
         listener.close()
+        rank_1.close()
     for e in (client.value, server.value):
         # One hierarchy: an authentication failure, still a rendezvous error (a ConnectionError).
         assert isinstance(e, errors.UnauthenticatedError) and e.code == errors.UNAUTHENTICATED, repr(e)

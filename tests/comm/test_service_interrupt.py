@@ -38,11 +38,14 @@ def test_ctrl_c_ends_a_call_to_a_stuck_server(shm, reliability):
         took = body["time"] - sent
         assert took < 1.0, f"KeyboardInterrupt came {took:.2f} s after SIGINT"
         assert "interrupted (SIGINT, Ctrl-C) while waiting for server 0 (ps 0)" in body["message"], body
+        # A later call names the Ctrl-C, with the prefix once (it was repeated before).
+        assert "interrupted (SIGINT, Ctrl-C)" in body["again"], body
+        assert body["again"].count("tfx_dist service:") == 1, body
         s = srv.finish()
         assert "client 0 (worker 0)" in s.error(), s.out  # the server learns the client is gone
     finally:
         srv.kill()
         cli.kill()
     reliability(f"fault: Ctrl-C (SIGINT) while a parameter-server client waits for a stuck server "
-                f"(TFX_SHM={shm})", f"KeyboardInterrupt: {body['message'][:100]}", round(took, 3),
+                f"(TFX_SHM={shm})", f"KeyboardInterrupt: {body['message'][:240]}", round(took, 3),
                 "that call (the connection to the server is closed)")

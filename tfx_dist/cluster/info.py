@@ -156,7 +156,32 @@ def split_address(address: object, where: str = "address",
         raise ClusterConfigError(
             f"{where}: expected an address \"host:port\" (port 1-65535, IPv6 as \"[::1]:port\"), "
             f"received {address!r}{shape}")
-    return match.group("ipv6") or match.group("host"), port
+    host = match.group("ipv6") or match.group("host")
+    if not match.group("ipv6"):
+        _check_host_name(host, address, where,
+                         f". Expected shape: {expected_shape}" if expected_shape else "")
+    return host, port
+
+
+# DNS limits (RFC 1035): resolving a longer name fails deep in the idna codec
+# with a bare UnicodeError that names neither the address nor where it came from.
+_MAX_HOST_CHARS, _MAX_LABEL_CHARS = 253, 63
+
+
+def _check_host_name(host: str, address: str, where: str, shape: str) -> None:
+    shown = address if len(address) <= 80 else address[:50] + "..." + address[-20:]
+    if len(host.rstrip(".")) > _MAX_HOST_CHARS:
+        raise ClusterConfigError(f"{where}: the host name of {shown!r} has {len(host)} characters; a host "
+                                 f"name has at most {_MAX_HOST_CHARS} (DNS){shape}")
+    labels = host.rstrip(".").split(".")
+    long_label = next((label for label in labels if len(label) > _MAX_LABEL_CHARS), None)
+    if long_label is not None:
+        raise ClusterConfigError(f"{where}: the host name of {shown!r} has a label of {len(long_label)} "
+                                 f"characters ({long_label[:20]!r}...); a label (the part between dots) has "
+                                 f"at most {_MAX_LABEL_CHARS} (DNS){shape}")
+    if "" in labels:
+        raise ClusterConfigError(f"{where}: the host name of {shown!r} has an empty label "
+                                 f"(two dots in a row){shape}")
 
 
 def join_address(host: str, port: int) -> str:

@@ -126,6 +126,7 @@ _SIGNATURES = {
     "tfx_comm_timeline": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32, ctypes.c_char_p,
                                            ctypes.c_int32]),
     "tfx_comm_size": (ctypes.c_int32, [ctypes.c_int64]),
+    "tfx_comm_set_call": (None, [ctypes.c_char_p]),
     "tfx_comm_allreduce_algorithm": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int32]),
     "tfx_comm_stats": (ctypes.c_int32, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]),
     "tfx_comm_default_options": (Options, []),

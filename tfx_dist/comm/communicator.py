@@ -108,7 +108,9 @@ class Communicator:
             # Segments of processes that died during an earlier job's shared-
             # memory handshake (without a launcher to sweep them).
             sweep_dead_segments()
-            conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s)
+            conns = connect_all(self.rank, self.size, self.addresses, secret, self.timeout_s,
+                                transport={"TFX_WIRE_PROTECTION": str(settings.get("TFX_WIRE_PROTECTION")),
+                                           "TFX_SHM": bool(options.use_shm)})
             early_failure.disarm()  # connected: rank 0 now sees this process fail by itself
         else:
             conns = None

@@ -15,7 +15,11 @@ the same calls. A call's *group* name is
 A name may be reused call after call: the runtime pairs each rank's k-th
 request of a name with every other rank's k-th, and drops a name's state when
 its last request completes. Eager and numpy calls without a name must
-therefore be made by every rank in the same order.
+therefore be made by every rank in the same order. A traced function's names
+are the same in every call of it, so each request also carries the label of
+the Keras call it belongs to (``calls.py``: "predict call 2"), compared like
+the shape: the k-th requests of a name from different calls fail, naming
+both, instead of pairing.
 
 Each tensor of the call is ``<group>/<i>``, except the single tensor of an
 all-gather, all-to-all or reduce-scatter, which is ``<group>``.

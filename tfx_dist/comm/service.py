@@ -124,6 +124,11 @@ def _secret(secret) -> bytes:
     return secret
 
 
+def _transport(options: Options) -> dict:
+    """The settings both ends must share, compared in the handshake (rendezvous.wire)."""
+    return {"TFX_WIRE_PROTECTION": str(settings.get("TFX_WIRE_PROTECTION")), "TFX_SHM": bool(options.use_shm)}
+
+
 def _protect(options: Options, keys: list[bytes]) -> None:
     """TFX_WIRE_PROTECTION on the service's TCP connections, with the rendezvous's keys."""
     mode = str(settings.get("TFX_WIRE_PROTECTION"))
@@ -172,7 +177,7 @@ class ServiceServer(_Endpoint):
                  abort_on_client_loss: bool = True, client_labels: list[str] | None = None):
         options = _options(timeout_s, max_frame_bytes, shm, abort_on_client_loss)
         fds, same_host, keys = connect_service("server", index, server_addresses, num_clients,
-                                               _secret(secret), options.timeout_s)
+                                               _secret(secret), options.timeout_s, _transport(options))
         _protect(options, keys)
         labels = client_labels or [f"worker {c}" for c in range(num_clients)]
         self.handle = _create(lib().tfx_service_server_create, fds, same_host, labels, options)
@@ -232,7 +237,7 @@ class ServiceClient(_Endpoint):
                  server_labels: list[str] | None = None):
         options = _options(timeout_s, max_frame_bytes, shm)
         fds, same_host, keys = connect_service("client", index, server_addresses, num_clients,
-                                               _secret(secret), options.timeout_s)
+                                               _secret(secret), options.timeout_s, _transport(options))
         _protect(options, keys)
         labels = server_labels or [f"ps {s}" for s in range(len(server_addresses))]
         self.handle = _create(lib().tfx_service_client_create, fds, same_host, labels, options)

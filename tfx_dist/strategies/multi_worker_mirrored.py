@@ -36,7 +36,7 @@ import tensorflow as tf
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import checkpointing, save_agreement
 from tfx_dist import cluster as cluster_lib
-from tfx_dist._tf_compat import keras_callbacks
+from tfx_dist._tf_compat import keras_callbacks, keras_calls
 # The checkpoint helpers lived here before tfx_dist.checkpointing: old imports keep working.
 from tfx_dist.checkpointing import (BackupAndRestore, remove_temp_dirpath,  # noqa: F401
                                     write_dirpath, write_filepath)
@@ -134,6 +134,7 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
             if hasattr(transport, "communicator"):  # a save on the chief alone completes
                 save_agreement.join_at_exit(transport.communicator)
             keras_callbacks.install()
+            keras_calls.install(container_strategy)  # collectives never pair across calls
         tf.get_logger().info(
             "tfx_dist.MultiWorkerMirroredStrategy: rank %d of %d, task %s:%d, local devices %r",
             info.rank, info.num_workers, info.task_type, info.task_index, local_devices)

@@ -164,6 +164,10 @@ TFX_API int32_t tfx_comm_timeline(int64_t id, const char* path, int32_t mark_cyc
                                   int32_t err_len);
 TFX_API int32_t tfx_comm_rank(int64_t id);
 TFX_API int32_t tfx_comm_size(int64_t id);
+/* The call that the collectives submitted from now on belong to, in this
+ * process (e.g. "predict call 2"; NULL or "": none): sent with each request,
+ * and ranks must agree on it as on the shape (at most 256 bytes are kept). */
+TFX_API void tfx_comm_set_call(const char* call);
 
 /* Submits n entries; each entry's done is called exactly once. Returns 0, or
  * a nonzero code (and calls no done) when id is unknown or an entry is

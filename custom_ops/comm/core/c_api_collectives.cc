@@ -23,6 +23,15 @@ namespace {
 // peers) before it leaves the rest to the runtime thread. It would only wait.
 constexpr int32_t kRunDriveUs = 50 * 1000;
 
+// tfx_comm_set_call's label, read by every submission.
+std::mutex call_mu;
+std::string current_call;
+
+std::string CurrentCall() {
+  std::lock_guard<std::mutex> lock(call_mu);
+  return current_call;
+}
+
 Status ToEntry(const tfx_entry& in, int size, tfx::comm::Entry* out) {
   using namespace tfx::comm;
   if (in.name == nullptr || in.name[0] == '\0') return Status(Code::kInvalidArgument, "a collective needs a name");
@@ -33,6 +42,7 @@ Status ToEntry(const tfx_entry& in, int size, tfx::comm::Entry* out) {
     return Status(Code::kInvalidArgument, "unknown reduction or compression code");
   if (in.ndims < 0 || in.ndims > 64) return Status(Code::kInvalidArgument, "bad rank");
   out->meta.key = in.name;
+  out->meta.call = CurrentCall();
   out->meta.op = static_cast<OpType>(in.op);
   out->meta.dtype = static_cast<DataType>(in.dtype);
   out->meta.reduction = static_cast<ReduceOp>(in.reduction);
@@ -106,6 +116,12 @@ void* WaiterAlloc(void* arg, int64_t dim0) {
 }  // namespace
 
 extern "C" {
+
+void tfx_comm_set_call(const char* call) {
+  std::string value = call == nullptr ? "" : std::string(call).substr(0, 256);
+  std::lock_guard<std::mutex> lock(call_mu);
+  current_call = std::move(value);
+}
 
 int32_t tfx_comm_submit(int64_t id, const tfx_entry* entries, int32_t n, char* err, int32_t err_len) {
   return tfx_comm_submit_drive(id, entries, n, 0, err, err_len);

@@ -61,6 +61,26 @@ void TestNegotiationThroughTheRuntime() {
         return e;
       },
       Code::kFailedPrecondition, "rank 1 submitted allreduce float32[4] mean divisor=3");
+  {  // equal shapes of different calls (a call that failed on rank 1 before its collectives): never paired
+    Latch latch;
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(4, 1.0f));
+    for (int r = 0; r < 3; ++r) {
+      std::vector<Entry> es;
+      es.push_back(MakeEntry("predict/allgather", OpType::kAllreduce, DataType::kFloat32, ReduceOp::kSum, {4},
+                             bufs[r].data(), bufs[r].data(), &latch));
+      es.back().meta.call = r == 1 ? "predict call 2" : "predict call 1";
+      job[r].Submit(std::move(es));
+    }
+    latch.Wait();
+    for (const Status& s : latch.statuses) {
+      CHECK(s.code() == Code::kFailedPrecondition, s.message());
+      CHECK(s.message().find("of different calls met") != std::string::npos, s.message());
+      CHECK(s.message().find("rank 1 submitted allreduce float32[4] sum (in its predict call 2)") !=
+                std::string::npos, s.message());
+      CHECK(s.message().find("rank 0 submitted allreduce float32[4] sum (in its predict call 1)") !=
+                std::string::npos, s.message());
+    }
+  }
   int round = 100;
   TestAllreduce(job, true, {7}, false, &round);  // still usable
 }

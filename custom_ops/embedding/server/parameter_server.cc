@@ -76,8 +76,13 @@ int64_t ParameterServer::version() const {
   return version_;
 }
 
-void ParameterServer::Stop() {
+void ParameterServer::Stop(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!stopping_) {
+    // The service's words follow this server's own prefix in the replies: its prefix once is enough.
+    const std::string prefix = "tfx_dist service: ";
+    stop_reason_ = why.compare(0, prefix.size(), prefix) == 0 ? why.substr(prefix.size()) : why;
+  }
   stopping_ = true;
   applied_.notify_all();
 }
@@ -144,7 +149,9 @@ Status ParameterServer::WaitForVersion(int64_t version) {
                             std::chrono::duration<double>(options_.timeout_s));
   while (version_ < version) {
     if (!failed_.ok()) return failed_;
-    if (stopping_) return Status(Code::kInternal, "the server is stopping");
+    if (stopping_)
+      return Status(Code::kAborted, stop_reason_.empty() ? std::string("the server is stopping")
+                                                         : "the server is stopping: " + stop_reason_);
     if (applied_.wait_until(lock, deadline) == std::cv_status::timeout && version_ < version) {
       std::string late;
       for (int w = 0; w < options_.num_workers; ++w)

@@ -64,7 +64,9 @@ class ParameterServer {
   tfx::Status Handle(int worker, uint16_t kind, const char* payload, size_t len,
                            const ReplyBuffer& reply);
   // Wakes every waiting LOOKUP (they fail): the service is stopping.
-  void Stop();
+  // `why`: what stopped it (a worker lost or dropped, named), given to the
+  // requests still waiting for a step.
+  void Stop(const std::string& why = "");
 
   int64_t version() const;
 
@@ -96,6 +98,7 @@ class ParameterServer {
   int64_t version_ = 0;          // steps applied; guarded by mu_
   tfx::Status failed_;          // an apply that failed poisons later steps; guarded by mu_
   bool stopping_ = false;        // guarded by mu_
+  std::string stop_reason_;      // guarded by mu_
 };
 
 }  // namespace tfx::ps

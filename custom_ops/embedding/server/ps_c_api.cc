@@ -56,8 +56,7 @@ void HandleRequest(void* arg, int32_t client, int32_t kind, const void* payload,
 void WorkerLost(void* arg, int32_t client, int32_t code, const char* message) {
   (void)client;
   (void)code;
-  (void)message;
-  static_cast<tfx::ps::ParameterServer*>(arg)->Stop();
+  static_cast<tfx::ps::ParameterServer*>(arg)->Stop(message == nullptr ? "" : message);
 }
 
 }  // namespace

@@ -10,8 +10,11 @@ One module per concern:
 - ``connect``: :func:`connect_all` (a job's ranks), :func:`connect_service`
   (a request/response service), :func:`tell_rank_0` (a rank that failed
   before connecting); hands the sockets to C++.
-- ``listener``: the server side (accepts and authenticates, fails early).
-- ``client``: the client side (connects with retries, authenticates).
+- ``listener``: the server side (one thread runs every handshake; bounds slow
+  ones; fails early only on what an outsider cannot forge).
+- ``server_handshake``: one connection's server side, fed bytes as they arrive.
+- ``client``: the client side (connects with retries, authenticates; the
+  PROBE that checks a rank's secret at its own address).
 - ``bind``: listening on this rank's cluster address only.
 - ``wire``: the handshake's messages (their layout is described there).
 - ``auth``: the HMAC proofs of the secret and the wire keys (HKDF).

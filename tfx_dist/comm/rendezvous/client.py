@@ -19,12 +19,13 @@ from tfx_dist.comm.rendezvous.auth import _mac, _transcript, wire_keys
 from tfx_dist.comm.rendezvous.exceptions import RendezvousError, UnauthenticatedRendezvousError
 from tfx_dist.comm.rendezvous.shm_probe import _ShmProbe
 from tfx_dist.comm.rendezvous.wire import (
-    _ACCEPTED, _CLUSTER_DIFFERS, _HELLO, _MAC, _MAX_ABORT_CHARS, _NONCE, _WELCOME, MAGIC, VERSION,
-    _cluster_mismatch, _extra, _load_extra, _recv_exact, _send)
+    _ACCEPTED, _CLUSTER_DIFFERS, _HELLO, _MAC, _MAX_ABORT_CHARS, _NONCE, _TRANSPORT_DIFFERS, _WELCOME,
+    MAGIC, PROBE, VERSION, _cluster_mismatch, _extra, _load_extra, _recv_exact, _send, _transport_mismatch)
 
 
 def _connect(rank: int, size: int, server: int, addresses: list[str], channel: int, secret: bytes,
-             deadline: float, abort: str | None = None) -> tuple[socket.socket, bool]:
+             deadline: float, abort: str | None = None,
+             transport: dict | None = None) -> tuple[socket.socket, bool, bytes]:
     address = addresses[server]
     host, port = split_address(address, "the cluster's address list")
     last_error = None
@@ -41,7 +42,8 @@ def _connect(rank: int, size: int, server: int, addresses: list[str], channel: i
             continue
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline, abort)
+            return _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline, abort,
+                                     transport)
         except _Retry as e:  # the peer's listener was not ours yet (port reuse); try again
             last_error = e
             sock.close()
@@ -55,26 +57,27 @@ class _Retry(Exception):
     pass
 
 
-def _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline, abort=None):
+def _client_handshake(sock, rank, size, server, addresses, channel, secret, deadline, abort=None,
+                      transport=None):
     if abort is not None:  # no shared memory to probe for a connection that only says why
         return _client_handshake_probed(sock, rank, size, server, addresses, channel, secret, deadline,
-                                        "", abort)
+                                        {"cluster": list(addresses), "shm": "",
+                                         "abort": abort[:_MAX_ABORT_CHARS]})
     probe = _ShmProbe()
+    hello = {"cluster": list(addresses), "shm": probe.name}
+    if transport:
+        hello["transport"] = dict(transport)
     try:
         return _client_handshake_probed(sock, rank, size, server, addresses, channel, secret,
-                                        deadline, probe.name)
+                                        deadline, hello)
     finally:
         probe.close()
 
 
-def _client_handshake_probed(sock, rank, size, server, addresses, channel, secret, deadline, probe,
-                             abort=None):
+def _client_handshake_probed(sock, rank, size, server, addresses, channel, secret, deadline, hello):
     address = addresses[server]
     who = f"rank {server} at {address}"
     nonce_c = secrets.token_bytes(_NONCE)
-    hello = {"cluster": list(addresses), "shm": probe}
-    if abort is not None:
-        hello["abort"] = abort[:_MAX_ABORT_CHARS]
     extra_c = _extra(hello)
     try:
         _send(sock, _HELLO.pack(MAGIC, VERSION, channel, rank, size, server, nonce_c, len(extra_c))
@@ -102,8 +105,17 @@ def _client_handshake_probed(sock, rank, size, server, addresses, channel, secre
         raise UnauthenticatedRendezvousError(
             f"tfx_dist rank {rank}: {who} failed authentication: its job secret differs from this "
             f"rank's (TFX_JOB_SECRET must be the same in every process of the job)")
-    _send(sock, _mac(secret, b"client", transcript), deadline)
-    verdict = _recv_exact(sock, 1, f"the handshake with {who}", deadline)
+    try:  # the server may have dropped a slow handshake (a flood from this host): try again
+        _send(sock, _mac(secret, b"client", transcript), deadline)
+        verdict = _recv_exact(sock, 1, f"the handshake with {who}", deadline)
+    except ConnectionError as e:
+        raise _Retry(str(e)) from None
+    if verdict == _TRANSPORT_DIFFERS:
+        (n,) = struct.unpack("<H", _recv_exact(sock, 2, f"the handshake with {who}", deadline))
+        theirs = _load_extra(_recv_exact(sock, n, f"the handshake with {who}", deadline))
+        raise RendezvousError(_transport_mismatch(rank, server, f"at {address}", theirs.get("transport"),
+                                                  hello.get("transport") or {})
+                              or f"tfx_dist rank {rank}: {who} has different transport settings")
     if verdict == _CLUSTER_DIFFERS:
         (n,) = struct.unpack("<H", _recv_exact(sock, 2, f"the handshake with {who}", deadline))
         theirs = _load_extra(_recv_exact(sock, n, f"the handshake with {who}", deadline))
@@ -115,3 +127,34 @@ def _client_handshake_probed(sock, rank, size, server, addresses, channel, secre
     sock.settimeout(None)
     to_server, to_client = wire_keys(secret, nonce_c, nonce_s, transcript)
     return sock, _load_extra(extra_s).get("shm") is True, to_server + to_client
+
+
+def probe_secret(rank: int, size: int, server: int, addresses: list[str], secret: bytes,
+                 deadline: float) -> bool | None:
+    """Does the process listening at rank ``server``'s address hold ``secret``?
+
+    True or False from its WELCOME's MAC (a PROBE: no proof is sent, nothing
+    is kept); None when nothing there answers as tfx_dist in time (not up yet).
+    Only the process that holds that address can answer, so False is the
+    peer's own secret, not an impostor's claim.
+    """
+    try:
+        host, port = split_address(addresses[server], "the cluster's address list")
+        sock = socket.create_connection((host, port), timeout=max(0.05, deadline - time.monotonic()))
+    except (OSError, ValueError):
+        return None
+    with sock:
+        nonce_c = secrets.token_bytes(_NONCE)
+        extra_c = _extra({"cluster": list(addresses), "shm": ""})
+        try:
+            _send(sock, _HELLO.pack(MAGIC, VERSION, PROBE, rank, size, server, nonce_c, len(extra_c))
+                  + extra_c, deadline)
+            head = _recv_exact(sock, _WELCOME.size, "a probe", deadline)
+            magic, version, nonce_s, mac_s, hlen = _WELCOME.unpack(head)
+            if magic != MAGIC or version != VERSION:
+                return None
+            extra_s = _recv_exact(sock, hlen, "a probe", deadline)
+        except (OSError, TimeoutError):
+            return None
+    transcript = _transcript(nonce_c, nonce_s, PROBE, rank, server, size, extra_c, extra_s)
+    return hmac.compare_digest(mac_s, _mac(secret, b"server", transcript))

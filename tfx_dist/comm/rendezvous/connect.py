@@ -16,7 +16,7 @@ import socket
 import time
 
 from tfx_dist.comm.rendezvous.client import _connect
-from tfx_dist.comm.rendezvous.exceptions import RendezvousError
+from tfx_dist.comm.rendezvous.exceptions import RendezvousError, UnauthenticatedRendezvousError
 from tfx_dist.comm.rendezvous.listener import _Listener
 from tfx_dist.comm.rendezvous.wire import ABORT, CONTROL, DATA, SERVICE
 
@@ -24,6 +24,9 @@ _log = logging.getLogger("tfx_dist.comm")
 
 # How long a failing rank tries to tell rank 0.
 _ABORT_TRY_S = 5.0
+# How long a rank that found another secret at a peer keeps its listener open,
+# so that the peer's PROBE (listener.py) confirms it there too.
+_LINGER_S = 3.0
 
 
 @dataclasses.dataclass
@@ -53,11 +56,15 @@ def tell_rank_0(rank: int, size: int, addresses: list[str], secret: bytes, error
 
 
 def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
-                timeout_s: float) -> Connections:
-    """Connects this rank to every other one; returns the connections' fds."""
+                timeout_s: float, transport: dict | None = None) -> Connections:
+    """Connects this rank to every other one; returns the connections' fds.
+
+    ``transport``: the settings both ends of a connection must share
+    (``{"TFX_WIRE_PROTECTION": ..., "TFX_SHM": ...}``), compared in the handshake.
+    """
     deadline = time.monotonic() + timeout_s
     try:
-        listener = _Listener(rank, size, addresses, secret, deadline)
+        listener = _Listener(rank, size, addresses, secret, deadline, transport=transport)
     except RendezvousError as e:  # this rank cannot take part: rank 0 need not wait for it
         if rank > 0:
             tell_rank_0(rank, size, addresses, secret, str(e), timeout_s)
@@ -66,12 +73,17 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
     try:
         data: dict[int, tuple[socket.socket, bool, bytes]] = {}
         ctrl: dict[int, tuple[socket.socket, bool, bytes]] = {}
-        for server in range(rank):
-            data[server] = _connect(rank, size, server, addresses, DATA, secret, deadline)
-            socks.append(data[server][0])
-        if rank > 0:
-            ctrl[0] = _connect(rank, size, 0, addresses, CONTROL, secret, deadline)
-            socks.append(ctrl[0][0])
+        try:
+            for server in range(rank):
+                data[server] = _connect(rank, size, server, addresses, DATA, secret, deadline,
+                                        transport=transport)
+                socks.append(data[server][0])
+            if rank > 0:
+                ctrl[0] = _connect(rank, size, 0, addresses, CONTROL, secret, deadline, transport=transport)
+                socks.append(ctrl[0][0])
+        except UnauthenticatedRendezvousError:
+            listener.linger(_LINGER_S)
+            raise
         for (channel, peer), conn in listener.wait().items():
             (data if channel == DATA else ctrl)[peer] = conn
             socks.append(conn[0])
@@ -96,7 +108,8 @@ def connect_all(rank: int, size: int, addresses: list[str], secret: bytes,
 
 
 def connect_service(role: str, index: int, server_addresses: list[str], num_clients: int, secret: bytes,
-                    timeout_s: float) -> tuple[list[int], list[bool], list[bytes]]:
+                    timeout_s: float, transport: dict | None = None
+                    ) -> tuple[list[int], list[bool], list[bytes]]:
     """Connects a bipartite request/response service: every client to every server.
 
     A server (``role="server"``) listens on ``server_addresses[index]`` only and
@@ -113,7 +126,7 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
     deadline = time.monotonic() + timeout_s
     if role == "server":
         listener = _Listener(index, num_clients, server_addresses, secret, deadline,
-                             expected={(SERVICE, c) for c in range(num_clients)})
+                             expected={(SERVICE, c) for c in range(num_clients)}, transport=transport)
         try:
             accepted = listener.wait()
         finally:
@@ -125,7 +138,7 @@ def connect_service(role: str, index: int, server_addresses: list[str], num_clie
             for server, address in enumerate(server_addresses):
                 try:
                     conns.append(_connect(index, num_clients, server, server_addresses, SERVICE, secret,
-                                          deadline))
+                                          deadline, transport=transport))
                 except RendezvousError as e:  # its "rank" words are the collective's: say who is who
                     # The same class: an authentication failure stays one.
                     raise type(e)(f"tfx_dist service client {index}, connecting to server {server} "

@@ -1,61 +1,83 @@
 """The server side of the rendezvous: accepts and authenticates the connections a rank expects.
 
-A :class:`_Listener` accepts in a thread and runs each handshake in a thread
-of its own (a bounded number at once); it rejects garbage, replays, ranks it
-does not expect and peers with another secret, and fails early, naming the
-cause, when the clusters differ, a peer's secret differs or a rank reports
-that it failed before connecting (channel ABORT).
+One thread runs every handshake at once, without blocking (a selector), so an
+idle or slow connection costs a file descriptor, never a thread or a slot that
+a real rank waits for. It rejects garbage, replays, ranks it does not expect
+and peers with another secret, and reports each; it fails early, naming the
+cause, only on what an outsider cannot forge:
+
+- authenticated: the clusters or the transport settings differ (compared
+  after both proofs verified), or a rank reports over the authenticated ABORT
+  channel that it failed before connecting;
+- unambiguous: a connection claiming rank k failed its proof, *and* the
+  process listening at rank k's own address in the cluster answers with
+  another secret when this rank connects back to it (a PROBE: its WELCOME's
+  MAC does not verify). An impostor can claim any rank from anywhere, but it
+  cannot answer at rank k's address while rank k holds it; until rank k is up
+  there is nothing to answer, and this rank keeps waiting for it.
+
+A proof that fails without that confirmation is only reported (in the log
+and, at the timeout, in the error): an unauthenticated peer never decides the
+job's fate. The client side needs no probe: it connected to the address the
+cluster names, so a WELCOME whose MAC does not verify is the peer's secret
+(``client``), and a rank that finds that keeps its listener open a moment
+(``linger``) so that the peer's probe finds it.
+
+Slow or idle connections are bounded three ways: the HELLO's fixed part must
+arrive within _FIRST_BYTES_S (a real client sends it as it connects), the
+whole handshake within _HANDSHAKE_S, and one source holds at most
+_PENDING_PER_SOURCE handshakes (_PENDING in all): a new connection over the
+bound evicts that source's oldest idle one, so a flood cannot keep a real
+rank out (it retries a dropped handshake).
 """
 
 from __future__ import annotations
 
 import collections
-import hmac
+import errno
 import logging
-import secrets
+import selectors
 import socket
-import struct
 import threading
 import time
 
-from tfx_dist.comm.rendezvous.auth import _mac, _transcript, wire_keys
 from tfx_dist.comm.rendezvous.bind import _bind
+from tfx_dist.comm.rendezvous.client import probe_secret
 from tfx_dist.comm.rendezvous.exceptions import RendezvousError, UnauthenticatedRendezvousError
-from tfx_dist.comm.rendezvous.shm_probe import _can_open_probe
-from tfx_dist.comm.rendezvous.wire import (
-    _ACCEPTED, _CLUSTER_DIFFERS, _HELLO, _MAC, _MAX_ABORT_CHARS, _NONCE, _REJECTED, _WELCOME, ABORT,
-    CONTROL, DATA, MAGIC, VERSION, _cluster_mismatch, _extra, _load_extra, _recv_exact, _same_cluster,
-    _send, cluster_digest)
+from tfx_dist.comm.rendezvous.server_handshake import Handshake, Outcome
+from tfx_dist.comm.rendezvous.wire import CONTROL, DATA
 
 _log = logging.getLogger("tfx_dist.comm")
 
-# A flood of bad connections (a fuzzer's or an attacker's: thousands a
-# minute, for as long as the job waits) must not flood the log, nor hold a
-# thread per connection while a full stderr pipe blocks the log line: the
-# first rejections are logged one by one, then one line per
-# _REJECTION_LOG_EVERY; at most _HANDSHAKE_THREADS handshakes run at once
-# (the rest wait in the kernel's backlog).
+# A flood of bad connections must not flood the log: the first rejections are
+# logged one by one, then one line per _REJECTION_LOG_EVERY.
 _LOGGED_REJECTIONS = 20
 _REJECTION_LOG_EVERY = 1000
 _KEPT_REJECTIONS = 1000
-_HANDSHAKE_THREADS = 64
-
-# How long a rank whose proof failed may take to connect properly before the
-# failure is taken as the cause (long enough that an impostor's attempt while
-# the real rank starts up does not fail the job, far shorter than the timeout).
-_AUTH_GRACE_S = 5.0
+_FIRST_BYTES_S = 2.0
+_HANDSHAKE_S = 10.0
+_PENDING_PER_SOURCE = 16
+_PENDING = 256
+# One probe of a rank's address at a time, at most one a second (an
+# impostor's attempts must not make this rank connect out in a loop).
+_PROBE_EVERY_S = 1.0
+_PROBE_S = 3.0
 
 
 class _Listener:
     """Accepts and authenticates the connections this rank expects, in a thread."""
 
     def __init__(self, rank: int, size: int, addresses: list[str], secret: bytes, deadline: float,
-                 expected: set[tuple[int, int]] | None = None):
+                 expected: set[tuple[int, int]] | None = None, transport: dict | None = None):
         self.rank, self.size, self.secret, self.deadline = rank, size, secret, deadline
         self.addresses = list(addresses)
-        self.address = address = addresses[rank]
-        self.sock = _bind(rank, address)
-        self.sock.listen(64)
+        self.address = addresses[self.rank]
+        self.transport = dict(transport or {})
+        self.sock = _bind(rank, self.address)
+        self.sock.listen(128)
+        self.sock.setblocking(False)
+        # Only a job's ranks listen where a PROBE can reach them (a service's clients do not).
+        self.can_probe = expected is None
         if expected is not None:  # (channel, client rank) pairs
             self.expected = set(expected)
         else:
@@ -66,49 +88,128 @@ class _Listener:
         self.accepted: dict[tuple[int, int], tuple[socket.socket, bool, bytes]] = {}
         self.rejections: collections.deque[str] = collections.deque(maxlen=_KEPT_REJECTIONS)  # the latest
         self.rejected = 0
-        self.handshake_slots = threading.BoundedSemaphore(_HANDSHAKE_THREADS)
-        self.fatal: str | None = None   # the clusters differ: no point waiting for the timeout
-        # Rank -> (when, why) of a proof that did not verify from a process
-        # claiming an expected rank: a peer with another secret, unless that
-        # rank still connects properly within _AUTH_GRACE_S (an impostor's
-        # failed attempt must not fail the job).
-        self.auth_failures: dict[int, tuple[float, str]] = {}
+        self.auth_failures: dict[int, str] = {}  # claimed rank -> the latest failed proof (not fatal)
+        self.fatal: str | None = None          # authenticated or unambiguous: fail now
+        self.fatal_unauthenticated = False
         self.client_nonces: set[bytes] = set()  # every HELLO's nonce: a repeat is a replay
+        self.probes: dict[int, float] = {}      # rank -> when its address was last probed
+        self.probe_answered = threading.Event()
         self.lock = threading.Lock()
         self.done = threading.Event()
+        self.closed = threading.Event()
         if not self.expected:
             self.done.set()
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.sock, selectors.EVENT_READ)
+        # fd -> the handshake in flight there, oldest first
+        self.pending: collections.OrderedDict[int, Handshake] = collections.OrderedDict()
         self.thread = threading.Thread(target=self._run, name="tfx-comm-listener", daemon=True)
         self.thread.start()
 
+    # --- the selector loop ---------------------------------------------------------------
     def _run(self) -> None:
-        while not self.done.is_set():
-            self.sock.settimeout(0.2)
+        try:
+            while not self.closed.is_set():
+                for key, _ in self.selector.select(timeout=0.1):
+                    if key.fileobj is self.sock:
+                        self._accept()
+                    else:
+                        self._feed(self.pending.get(key.fd))
+                self._expire(time.monotonic())
+        except (OSError, ValueError):  # closed under us
+            pass
+        finally:
+            for hs in list(self.pending.values()):
+                hs.sock.close()
+            self.pending.clear()
+
+    def _accept(self) -> None:
+        for _ in range(64):  # a burst at a time, then the handshakes in flight get their turn
             try:
                 conn, peer_addr = self.sock.accept()
-            except socket.timeout:
-                if time.monotonic() > self.deadline:
-                    return
-                continue
-            except OSError:
+            except (BlockingIOError, InterruptedError):
                 return
-            while not self.handshake_slots.acquire(timeout=0.2):
-                if self.done.is_set() or time.monotonic() > self.deadline:
-                    conn.close()
-                    return
-            threading.Thread(target=self._handshake_in_slot, args=(conn, peer_addr), daemon=True).start()
+            except OSError as e:  # out of fds (a flood): the oldest handshake makes room
+                if e.errno in (errno.EMFILE, errno.ENFILE) and self.pending:
+                    victim = next(iter(self.pending.values()))
+                    self._drop(victim, f"connection from {victim.where} evicted: this process is out of "
+                                       f"file descriptors (a flood?)")
+                return
+            conn.setblocking(False)
+            hs = Handshake(self, conn, peer_addr, time.monotonic())
+            self._make_room(hs.source)
+            self.pending[conn.fileno()] = hs
+            self.selector.register(conn, selectors.EVENT_READ)
 
-    def _handshake_in_slot(self, conn: socket.socket, peer_addr) -> None:
-        try:
-            self._handshake(conn, peer_addr)
-        finally:
-            self.handshake_slots.release()
+    def _make_room(self, source: str) -> None:
+        """Evicts the oldest (idle first) handshake of a source at its bound, or of all at theirs."""
+        mine = [hs for hs in self.pending.values() if hs.source == source]
+        for crowd, bound, whose in ((mine, _PENDING_PER_SOURCE, f"from {source}"),
+                                    (list(self.pending.values()), _PENDING, "in all")):
+            if len(crowd) >= bound:
+                idle = [hs for hs in crowd if hs.idle()]
+                victim = (idle or crowd)[0]
+                self._drop(victim, f"connection from {victim.where} evicted: {bound} handshakes "
+                                   f"{whose} at once (a flood, or a stuck client)")
 
-    def _reject(self, conn: socket.socket, why: str) -> None:
+    def _feed(self, hs: Handshake | None) -> None:
+        if hs is None:
+            return
         try:
-            conn.close()
-        except OSError:
-            pass
+            outcome = hs.on_readable()
+        except Exception as e:  # noqa: BLE001 - no connection may stop the listener
+            outcome = Outcome(rejected=f"handshake with {hs.where} failed: {type(e).__name__}: {e}")
+        if outcome is not None:
+            self._settle(hs, outcome)
+
+    def _expire(self, now: float) -> None:
+        for hs in list(self.pending.values()):
+            if hs.idle() and now - hs.started > _FIRST_BYTES_S:
+                self._drop(hs, f"connection from {hs.where} sent no handshake within {_FIRST_BYTES_S:g} s "
+                               f"(an idle connection): dropped")
+            elif now - hs.started > _HANDSHAKE_S or now > self.deadline:
+                self._drop(hs, f"connection from {hs.where} did not finish the handshake within "
+                               f"{_HANDSHAKE_S:g} s: dropped")
+
+    def _forget(self, hs: Handshake) -> None:
+        if self.pending.pop(hs.sock.fileno(), None) is not None:
+            self.selector.unregister(hs.sock)
+
+    def _drop(self, hs: Handshake, why: str | None) -> None:
+        self._forget(hs)
+        hs.sock.close()
+        if why:
+            self._reject(why)
+
+    def _settle(self, hs: Handshake, outcome: Outcome) -> None:
+        if outcome.accepted is None:
+            self._drop(hs, outcome.rejected)
+        else:
+            self._forget(hs)
+            hs.sock.setblocking(True)
+            self._accept_connection(hs, outcome.accepted)
+        if outcome.fatal:
+            with self.lock:
+                self.fatal = self.fatal or outcome.fatal
+        if outcome.auth_failed is not None:
+            self._auth_failed(outcome.auth_failed, outcome.rejected)
+        if outcome.probed:
+            self.probe_answered.set()
+
+    def _accept_connection(self, hs: Handshake, value) -> None:
+        key = (hs.channel, hs.crank)
+        with self.lock:
+            twice = key in self.accepted
+            if not twice:
+                self.accepted[key] = value
+                if set(self.accepted) == self.expected:
+                    self.done.set()
+        if twice:
+            hs.sock.close()
+            self._reject(f"rank {hs.crank} connected twice")
+
+    # --- reports ---------------------------------------------------------------------------
+    def _reject(self, why: str) -> None:
         with self.lock:
             self.rejections.append(why)
             self.rejected += 1
@@ -120,111 +221,74 @@ class _Listener:
                          "logged one by one); the latest: %s", self.rank, count, self.address,
                          _LOGGED_REJECTIONS, why)
 
-    def _handshake(self, conn: socket.socket, peer_addr) -> None:
-        where = f"{peer_addr[0]}:{peer_addr[1]}"
-        # A stray or hostile client gets a few seconds, not the whole rendezvous.
-        deadline = min(self.deadline, time.monotonic() + 10.0)
-        try:
-            head = _recv_exact(conn, _HELLO.size, "the handshake", deadline)
-            magic, version, channel, crank, size, srank, nonce_c, hlen = _HELLO.unpack(head)
-            if magic != MAGIC:
-                return self._reject(conn, f"connection from {where} sent bytes that are not a tfx_dist "
-                                          f"handshake (garbage {head[:8]!r}...)")
-            if version != VERSION:
-                return self._reject(conn, f"connection from {where} speaks protocol version {version}, "
-                                          f"expected {VERSION} (mixed tfx_dist versions?)")
-            with self.lock:
-                replayed = nonce_c in self.client_nonces
-                self.client_nonces.add(nonce_c)
-            if replayed:  # a real client draws a fresh 32-byte nonce every time
-                return self._reject(conn, f"connection from {where} replayed an earlier handshake "
-                                          f"(its nonce was already used): refused; not a peer of "
-                                          f"this job, or a relay")
-            extra_c = _recv_exact(conn, hlen, "the handshake", deadline)
-            hello = _load_extra(extra_c)
-            mismatch = None
-            if not _same_cluster(hello.get("cluster"), self.addresses):
-                mismatch = _cluster_mismatch(self.rank, crank, f"connecting from {where}",
-                                             hello.get("cluster"), self.addresses)
-            elif size != self.size or srank != self.rank or (
-                    (channel, crank) not in self.expected
-                    and not (channel == ABORT and (CONTROL, crank) in self.expected)):
-                return self._reject(conn, f"connection from {where} claims rank {crank} of {size} "
-                                          f"(channel {channel}) for rank {srank}; this is rank "
-                                          f"{self.rank} of {self.size} and does not expect it")
-            nonce_s = secrets.token_bytes(_NONCE)
-            same_host = _can_open_probe(hello.get("shm"))
-            extra_s = _extra({"cluster": cluster_digest(self.addresses), "shm": same_host})
-            # The client's claims: equal to this rank's own unless the clusters differ.
-            transcript = _transcript(nonce_c, nonce_s, channel, crank, srank, size, extra_c, extra_s)
-            _send(conn, _WELCOME.pack(MAGIC, VERSION, nonce_s, _mac(self.secret, b"server", transcript),
-                                      len(extra_s)) + extra_s, deadline)
-            proof = _recv_exact(conn, _MAC, "the handshake", deadline)
-            if not hmac.compare_digest(proof, _mac(self.secret, b"client", transcript)):
-                _send(conn, _REJECTED, deadline)
-                why = (f"rank {crank} (from {where}) failed authentication: its job secret differs "
-                       f"from this rank's (TFX_JOB_SECRET)")
-                if not mismatch:
-                    with self.lock:
-                        self.auth_failures.setdefault(crank, (time.monotonic(), why))
-                return self._reject(conn, why)
-            if mismatch:   # authenticated: a real peer of this job, with another cluster
-                view = _extra({"cluster": self.addresses})
-                _send(conn, _CLUSTER_DIFFERS + struct.pack("<H", len(view)) + view, deadline)
-                with self.lock:
-                    self.fatal = mismatch
-                return self._reject(conn, mismatch)
-            _send(conn, _ACCEPTED, deadline)
-            if channel == ABORT:  # authenticated: that rank will never connect
-                why = str(hello.get("abort"))[:_MAX_ABORT_CHARS]
-                with self.lock:
-                    self.fatal = (f"tfx_dist rank {self.rank}: rank {crank} failed before it could connect "
-                                  f"(failing now rather than after TFX_TIMEOUT_S): {why}")
-                conn.close()
-                return
-            to_server, to_client = wire_keys(self.secret, nonce_c, nonce_s, transcript)
-        except (OSError, TimeoutError, struct.error) as e:
-            return self._reject(conn, f"handshake with {where} failed: {e}")
+    # --- a failed proof: an impostor, or a peer with another secret? --------------------
+    def _auth_failed(self, crank: int, why: str) -> None:
         with self.lock:
-            twice = (channel, crank) in self.accepted
-            if not twice:
-                self.accepted[(channel, crank)] = (conn, same_host, to_client + to_server)
-                if set(self.accepted) == self.expected:
-                    self.done.set()
-        if twice:  # outside the lock: _reject takes it
-            self._reject(conn, f"rank {crank} connected twice")
+            self.auth_failures[crank] = why
+            connected = any(r == crank for _, r in self.accepted)
+            now = time.monotonic()
+            if (not self.can_probe or connected or not 0 <= crank < self.size or crank == self.rank
+                    or now - self.probes.get(crank, -1e9) < _PROBE_EVERY_S):
+                return
+            self.probes[crank] = now
+        threading.Thread(target=self._probe, args=(crank,), name="tfx-comm-probe", daemon=True).start()
 
+    def _probe(self, crank: int) -> None:
+        deadline = min(self.deadline, time.monotonic() + _PROBE_S)
+        same = probe_secret(self.rank, self.size, crank, self.addresses, self.secret, deadline)
+        if same is False:
+            with self.lock:
+                self.fatal_unauthenticated = True
+                self.fatal = self.fatal or (
+                    f"tfx_dist rank {self.rank}: rank {crank} failed authentication, and the process "
+                    f"listening at {self.addresses[crank]} (rank {crank}'s address in the cluster) "
+                    f"answers with another job secret: failing now rather than after TFX_TIMEOUT_S. "
+                    f"Every process of the job needs the same TFX_JOB_SECRET.")
+        elif same:
+            self._reject(f"a connection claiming rank {crank} failed authentication, but rank {crank} at "
+                         f"{self.addresses[crank]} holds this job's secret: an impostor, ignored")
+
+    # --- the caller's side -----------------------------------------------------------------
     def wait(self) -> dict:
         while not self.done.wait(0.05):
-            if self.fatal:
-                raise RendezvousError(self.fatal)
-            refused = self._refused_rank()
-            if refused:
-                raise UnauthenticatedRendezvousError(
-                    f"tfx_dist rank {self.rank}: {refused}, and rank did not connect with the right "
-                    f"secret within {_AUTH_GRACE_S:g} s: failing now rather than after "
-                    f"TFX_TIMEOUT_S. Every process of the job needs the same TFX_JOB_SECRET.")
+            with self.lock:
+                fatal, unauthenticated = self.fatal, self.fatal_unauthenticated
+            if fatal:
+                raise (UnauthenticatedRendezvousError if unauthenticated else RendezvousError)(fatal)
             if time.monotonic() > self.deadline:
-                with self.lock:
-                    missing = sorted({r for c, r in self.expected - set(self.accepted)})
-                    rejected = "; ".join(list(self.rejections)[-5:])
-                raise RendezvousError(
-                    f"tfx_dist rank {self.rank}: timed out waiting for rank(s) {missing} to connect to "
-                    f"{self.address}" + (f". Rejected connections: {rejected}" if rejected else "") +
-                    ". Check that every process started with the same cluster and TFX_JOB_SECRET; "
-                    "raise TFX_TIMEOUT_S if they are only slow to start.")
+                raise RendezvousError(self._timeout_message())
+        self._report()
         return self.accepted
 
-    def _refused_rank(self) -> str | None:
-        """The rejection of an expected rank that has not connected since, once the grace is over."""
-        now = time.monotonic()
+    def _timeout_message(self) -> str:
         with self.lock:
-            connected = {r for _, r in self.accepted}
-            for rank, (when, why) in self.auth_failures.items():
-                if rank not in connected and now - when > _AUTH_GRACE_S:
-                    return why
-        return None
+            missing = sorted({r for c, r in self.expected - set(self.accepted)})
+            rejected = "; ".join(list(self.rejections)[-5:])
+            auth = "; ".join(self.auth_failures[r] for r in missing if r in self.auth_failures)
+        return (f"tfx_dist rank {self.rank}: timed out waiting for rank(s) {missing} to connect to "
+                f"{self.address}" + (f". Rejected connections: {rejected}" if rejected else "")
+                + (f". Failed authentication (another TFX_JOB_SECRET, or an impostor: not confirmed "
+                   f"at that rank's address): {auth}" if auth else "")
+                + ". Check that every process started with the same cluster and TFX_JOB_SECRET; "
+                "raise TFX_TIMEOUT_S if they are only slow to start.")
+
+    def _report(self) -> None:
+        with self.lock:
+            rejected, latest = self.rejected, (self.rejections[-1] if self.rejections else "")
+        if rejected:
+            _log.warning("tfx_dist rank %d: connected every rank; rejected %d other connection attempt(s) "
+                         "to %s on the way (the latest: %s)", self.rank, rejected, self.address, latest)
+
+    def linger(self, seconds: float) -> None:
+        """Keeps answering a peer's PROBE for up to ``seconds`` (this rank found another secret)."""
+        self.probe_answered.wait(seconds)
 
     def close(self) -> None:
         self.done.set()
+        self.closed.set()
+        self.thread.join(timeout=2.0)
+        try:
+            self.selector.close()
+        except (OSError, ValueError):
+            pass
         self.sock.close()

@@ -122,10 +122,20 @@ std::string Coordinator::Disagreement(const std::string& key, const Pending& p) 
   const int first = static_cast<int>(std::find(p.have.begin(), p.have.end(), true) - p.have.begin());
   const EntryMeta& m0 = p.metas[first];
   const OpRow* row = FindOp(static_cast<int>(m0.op));
-  bool agree = true;
+  bool agree = true, same_call = true;
   for (int r = first + 1; r < size_; ++r) {
     const EntryMeta& m = p.metas[r];
     agree = agree && (!p.have[r] || (m.op == m0.op && m.dtype == m0.dtype && row->agree(m0, m)));
+    same_call = same_call && (!p.have[r] || m.call == m0.call);
+  }
+  if (!same_call) {  // before the shapes: equal shapes of different calls must not pair either
+    std::string msg = "tfx_dist: collective " + UserName(key) + " of different calls met:";
+    for (int r = 0; r < size_; ++r)
+      msg += " rank " + std::to_string(r) + (p.have[r] ? " submitted " + p.metas[r].Describe() : " joined") +
+             (r + 1 < size_ ? ";" : ".");
+    return msg + " Each rank's k-th fit/evaluate/predict must meet the others' k-th: did a call fail on one "
+                 "rank before it reached its collectives (and the script go on), or did the ranks make "
+                 "different calls? Nothing was exchanged.";
   }
   std::string invalid = row->check_agreed(m0, size_, UserName(key));
   if (!invalid.empty()) return invalid;

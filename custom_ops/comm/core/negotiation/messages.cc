@@ -40,6 +40,9 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// A call's tag is a short label ("predict call 12"); tfx_comm_set_call cuts longer ones.
+constexpr size_t kMaxCallChars = 256;
+
 Status Malformed(const char* what) {
   return Status(Code::kDataLoss, std::string("malformed ") + what + " message on the control connection");
 }
@@ -56,6 +59,7 @@ void PutMeta(Writer& w, const EntryMeta& m) {
   for (int64_t d : m.shape) w.Put<int64_t>(d);
   w.Put<uint32_t>(static_cast<uint32_t>(m.splits.size()));
   for (int64_t d : m.splits) w.Put<int64_t>(d);
+  w.PutString(m.call);
 }
 
 bool GetMeta(Reader& r, EntryMeta* m) {
@@ -78,7 +82,7 @@ bool GetMeta(Reader& r, EntryMeta* m) {
   m->splits.resize(nsplits);
   for (auto& d : m->splits)
     if (!r.Get(&d)) return false;
-  return true;
+  return r.GetString(&m->call) && m->call.size() <= kMaxCallChars;
 }
 
 }  // namespace

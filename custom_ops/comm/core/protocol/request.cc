@@ -32,6 +32,7 @@ std::string EntryMeta::Describe() const {
     if (compression != Compression::kNone) s += std::string(" compression=") + CompressionName(compression);
   }
   if (op == OpType::kBroadcast) s += " root=" + std::to_string(root);
+  if (!call.empty()) s += " (in its " + call + ")";
   return s;
 }
 

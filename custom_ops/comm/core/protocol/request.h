@@ -34,6 +34,10 @@ struct EntryMeta {
   int32_t root = 0;
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // all-to-all: rows to each rank (empty for the other ops)
+  // The call the collective belongs to on its rank ("predict call 2": see
+  // tfx_comm_set_call). Ranks must agree on it, as on the shape: a
+  // collective of one call never completes against one of another.
+  std::string call;
 
   int64_t num_elements() const;
   int64_t MeanDivisor(int size) const { return mean_divisor > 0 ? mean_divisor : size; }

@@ -90,9 +90,13 @@ Status Client::Call(const Request* requests, size_t n, Response* responses) {
     if (x.link->closed) {
       x.FailRequests(0, Status(Code::kAborted, "tfx_dist service: " + x.who() + ": the client is closed"));
     } else if (!x.link->broken.ok()) {
-      x.FailRequests(0, Status(x.link->broken.code(), "tfx_dist service: " + x.who() +
+      // The earlier error (a Ctrl-C, a lost server) begins with the prefix already: said once.
+      std::string earlier = x.link->broken.message();
+      const std::string prefix = "tfx_dist service: ";
+      if (earlier.compare(0, prefix.size(), prefix) == 0) earlier.erase(0, prefix.size());
+      x.FailRequests(0, Status(x.link->broken.code(), prefix + x.who() +
                                                           ": the connection is broken by an earlier error: " +
-                                                          x.link->broken.message()));
+                                                          earlier));
     } else {
       active.push_back(&x);
     }

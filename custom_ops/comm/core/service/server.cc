@@ -20,6 +20,13 @@ std::string Ending(const Status& st) {
   return st.code() == Code::kUnavailable ? "closed the connection" : st.message();
 }
 
+// A frame of the wire protection failed its check: said so first, so that the
+// clients stopped because of it read what happened and where.
+std::string IntegrityFailure(const std::string& who, const Status& st) {
+  return "integrity failure on the connection of " + who + " (a frame changed, replayed or forged on the "
+         "network): " + st.message() + "; that client is dropped";
+}
+
 }  // namespace
 
 char* Reply::Allocate(size_t n) {
@@ -99,7 +106,7 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
     size_t got = 0;
     Status st = RecvBytes(pair, reinterpret_cast<char*>(&h), sizeof(h), Deadline(options_.timeout_s), &got);
     if (st.code() == Code::kDataLoss)  // a frame of the wire protection failed its check
-      return failed(Outcome::kDropped, Code::kDataLoss, who + ": " + st.message() + "; its connection is dropped");
+      return failed(Outcome::kDropped, Code::kDataLoss, IntegrityFailure(who, st));
     if (!st.ok()) {
       if (st.code() == Code::kDeadlineExceeded)
         return failed(Outcome::kLost, Code::kDeadlineExceeded,
@@ -130,7 +137,7 @@ Server::Outcome Server::ServeClient(int client, const Handler& handler, Status* 
     }
     st = RecvBytes(pair, payload.get(), len, Deadline(options_.timeout_s), &got);
     if (st.code() == Code::kDataLoss)
-      return failed(Outcome::kDropped, Code::kDataLoss, who + ": " + st.message() + "; its connection is dropped");
+      return failed(Outcome::kDropped, Code::kDataLoss, IntegrityFailure(who, st));
     if (!st.ok()) {
       if (st.code() == Code::kDeadlineExceeded)
         return failed(Outcome::kLost, Code::kDeadlineExceeded,
@@ -265,7 +272,9 @@ Status Server::Serve(const Handler& handler, const LostCallback& on_lost) {
       std::lock_guard<std::mutex> lock(mu_);
       clients_[i]->finished = true;
       --active;
-      if (outcome == Outcome::kLost && options_.abort_on_client_loss) {
+      // A client dropped for garbage or a tampered frame is as gone as a lost
+      // one: with abort_on_client_loss the others must not wait for it either.
+      if ((outcome == Outcome::kLost || outcome == Outcome::kDropped) && options_.abort_on_client_loss) {
         if (fatal.ok()) fatal = why;
       } else if (outcome == Outcome::kDropped || outcome == Outcome::kLost) {
         dropped.push_back(why);
