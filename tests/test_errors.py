@@ -61,4 +61,10 @@ def test_service_store_and_parameter_server_errors_keep_their_names():
     lookup = ps.PS_ERRORS.error(errors.UNAVAILABLE, "ps 0 lost")
     assert isinstance(lookup, (ps.ParameterServerError, errors.UnavailableError))
     with pytest.raises(ps.ParameterServerError, match="ps 0 lost"):
-        ps.check(errors.UNAVAILABLE, type("Buffer", (), {"value": b"ps 0 lost"}))
+        ps.call(_failing_c_function)
+
+
+def _failing_c_function(err, err_len):
+    """Fails as the parameter-server C API does: a canonical code, the message in the caller's buffer."""
+    err.value = b"ps 0 lost"
+    return errors.UNAVAILABLE

@@ -22,6 +22,7 @@ from comm_procs import free_addresses
 from tfx_dist.comm import rendezvous
 from tfx_dist.comm.service import ServiceClient, ServiceServer
 from tfx_dist.embedding import store
+from tfx_dist import _native as native
 from tfx_dist.parameter_server import _native as ps
 
 SECRET = b"ps-integrity-secret"
@@ -31,7 +32,7 @@ TIMEOUT_S = 30.0
 def _serve(addresses, out):
     server = ServiceServer(0, addresses, 2, secret=SECRET, timeout_s=TIMEOUT_S, shm=False,
                            client_labels=["worker 0", "worker 1"])
-    err = ps.error_buffer()
+    err = native.error_buffer()
     code = ps.lib().tfx_ps_serve(server.handle, 0, 1, 2, 1, TIMEOUT_S, err, ps.ERR_LEN)
     out["server"] = (code, err.value.decode("utf-8", "replace"), time.monotonic())
     server.close()
@@ -41,17 +42,16 @@ def _worker_0(addresses, out, ready):
     client = ServiceClient(0, addresses, 2, secret=SECRET, timeout_s=TIMEOUT_S, shm=False)
     cid = ps.lib().tfx_ps_client_create(client.handle, 1, 0)
     config = store.table_config(4, 10, 0, 1, "items", 1, 0, store.Zeros(), store.SGD())
-    err = ps.error_buffer()
-    ps.check(ps.lib().tfx_ps_create_table(cid, ctypes.byref(config), err, ps.ERR_LEN), err)
+    ps.call(ps.lib().tfx_ps_create_table, cid, ctypes.byref(config))
     ids = np.arange(3, dtype=np.int64)
     rows = np.ones((3, 4), np.float32)
     ids_p = ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
     rows_p = rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-    ps.check(ps.lib().tfx_ps_push(cid, 1, ids_p, 3, rows_p, 0.1, err, ps.ERR_LEN), err)  # step 0's gradients
-    ps.check(ps.lib().tfx_ps_step_done(cid, err, ps.ERR_LEN), err)
+    ps.call(ps.lib().tfx_ps_push, cid, 1, ids_p, 3, rows_p, 0.1)  # step 0's gradients
+    ps.call(ps.lib().tfx_ps_step_done, cid)
     ready.set()
     try:  # step 1's rows: waits until worker 1 finished step 0
-        ps.check(ps.lib().tfx_ps_lookup(cid, 1, ids_p, 3, rows_p, err, ps.ERR_LEN), err)
+        ps.call(ps.lib().tfx_ps_lookup, cid, 1, ids_p, 3, rows_p)
         out["worker 0"] = ("returned", time.monotonic())
     except Exception as e:  # noqa: BLE001 - the test reads it
         out["worker 0"] = (f"{type(e).__name__}: {e}", time.monotonic())

@@ -92,7 +92,9 @@ def test_two_workers_agree_and_equal_one_process(two_workers, reference):
 
 def test_checkpoint_of_two_workers_restores_into_one(tmp_path, two_workers):
     ckpt, (saved, _) = two_workers
+    # The replicated table's rows are written once beside the checkpoint too (any placement restores).
     assert sorted(f for f in os.listdir(ckpt) if ".shard-" in f) == [
+        "ckpt-tfx_ps-color_table-0.shard-0-of-1",
         "ckpt-tfx_ps-item_table-0.shard-0-of-2", "ckpt-tfx_ps-item_table-0.shard-1-of-2",
         "ckpt-tfx_ps-user_table-1.shard-0-of-2", "ckpt-tfx_ps-user_table-1.shard-1-of-2"]
     (restored,) = run_workers(_script(), 1, str(tmp_path), timeout_s=240,

@@ -113,7 +113,8 @@ void TestStop() {
   Response resp;
   Status st = job.clients[0]->Call(&r, 1, &resp);
   CHECK(st.code() == Code::kAborted);
-  CHECK_CONTAINS(st.message(), "stopped serving: tfx_dist service: the server was stopped");
+  CHECK_CONTAINS(st.message(), "stopped serving: the server was stopped");
+  CHECK(st.message().find("tfx_dist service:") == st.message().rfind("tfx_dist service:"));  // the prefix once
 }
 
 }  // namespace

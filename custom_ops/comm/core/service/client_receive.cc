@@ -92,7 +92,12 @@ Status Exchange::BeginReply() {
 }
 
 Status Exchange::FinishReply() {
-  if (in.kind == kAbort) return Status(Code::kAborted, "stopped serving: " + message);
+  if (in.kind == kAbort) {
+    // The server's reason starts with the service's prefix, which this client's error adds already.
+    const std::string prefix = "tfx_dist service: ";
+    const bool prefixed = message.compare(0, prefix.size(), prefix) == 0;
+    return Status(Code::kAborted, "stopped serving: " + (prefixed ? message.substr(prefix.size()) : message));
+  }
   Response& resp = responses[order[recv_k]];
   if (in.status != 0) resp.status = Status(WireCode(in.status), "tfx_dist service: " + who() + ": " + message);
   drain.clear();
