@@ -88,8 +88,7 @@ def saving_strategy(model=None):
     live = [_strategies[k] for k in sorted(_strategies.keys()) if k in _strategies]
     candidates.extend(reversed(live))
     for strategy in candidates:
-        if strategy is not None and is_multi_worker(strategy) and hasattr(strategy.extended,
-                                                                          "barrier"):
+        if strategy is not None and is_multi_worker(strategy) and save_agreement.offers_agreement(strategy):
             return strategy
     return None
 
@@ -114,7 +113,7 @@ def _with_barrier(method, model_arg: bool, save: str = ""):
         if temp:
             save_agreement.remove_worker_file(temp)
         if strategy is not None:  # after this worker's write: the chief's is done
-            _agree(strategy, save, failure)
+            save_agreement.agree(strategy.extended, save, failure)
         if failure is not None:
             raise failure
         return result
@@ -127,13 +126,6 @@ def _worker_file(strategy, args, kwargs):
     filepath = args[0] if args else kwargs.get("filepath")
     return strategy and save_agreement.worker_filepath(
         filepath, is_chief(strategy), lambda path: write_filepath(path, strategy))
-
-
-def _agree(strategy, save, failure):
-    if hasattr(strategy.extended, "rows_of_workers"):
-        save_agreement.agree(strategy.extended, save, failure)
-    elif failure is None:
-        strategy.extended.barrier()
 
 
 def _save_methods():

@@ -24,6 +24,7 @@ places: the chief writes the path, the others a temporary file beside it
 
 from __future__ import annotations
 
+import abc
 import atexit
 import itertools
 import os
@@ -39,6 +40,24 @@ _SAVES = ("Model.save", "Model.save_weights", "Checkpoint.save", "Checkpoint.wri
 _count = itertools.count(1)  # this worker's outermost saves
 
 
+class WorkerAgreement(abc.ABC):
+    """What a multi-worker strategy's ``extended`` offers to saves (and other callers) that must
+    agree across workers: a multi-worker tfx_dist strategy declares it by deriving from it."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None:
+        """Returns once every worker has called it."""
+
+    @abc.abstractmethod
+    def rows_of_workers(self, row) -> np.ndarray:
+        """Every worker's ``row`` of ints, by rank (zeros for a worker whose program has ended)."""
+
+
+def offers_agreement(strategy) -> bool:
+    """Whether ``strategy``'s extended declares `WorkerAgreement`."""
+    return isinstance(getattr(strategy, "extended", None), WorkerAgreement)
+
+
 class SaveFailedError(errors.AbortedError):
     """A save failed on some worker: it failed on every worker."""
 
@@ -52,7 +71,7 @@ def agree(extended, save: str, failure: BaseException | None) -> None:
     has made the same save successfully; raises on every worker otherwise.
 
     Args:
-      extended: the multi-worker strategy's extended (`rows_of_workers`).
+      extended: the multi-worker strategy's extended (a `WorkerAgreement`).
       save: which save (one of ``_SAVES``).
       failure: what this worker's save raised, if it did.
     """

@@ -16,14 +16,15 @@ import re
 import numpy as np
 import pytest
 
-from workers import launch_script, rank0_report
+from workers import RESULT_PREFIX, launch_script, launch_with_restarts, rank0_report
 
-# Six jobs (with servers) are over the suite's budget for new tests: `make reliability` runs them.
-pytestmark = [pytest.mark.reliability, pytest.mark.long]
+pytestmark = pytest.mark.reliability
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "preemption_tables.py")
 
 
+# Six jobs (with servers) are over the suite's budget for new tests: `make reliability` runs them.
+@pytest.mark.long
 @pytest.mark.parametrize("strategy,first,resumed,stop", [
     ("hybrid", (2, 0), (1, 0), "1:4"), ("ps", (2, 2), (2, 3), "launcher:4")])
 def test_tables_resume_at_another_size(strategy, first, resumed, stop, tmp_path, reliability):
@@ -60,3 +61,60 @@ def test_tables_resume_at_another_size(strategy, first, resumed, stop, tmp_path,
                 f"every worker saved step {saved} (the servers kept serving for that save) and exited "
                 "75; the rerun continued after it with the table resharded; its rows and dense weights "
                 "equal an uninterrupted run's (rtol 1e-5)")
+
+
+def _every_rank_report(result):
+    """{rank: the value it reported last} for every worker of a job run by `launch_script`."""
+    found = re.findall(rf"^\[ *(\d+)\] {RESULT_PREFIX}(.*)$", result.stdout, re.MULTILINE)
+    return {int(r): json.loads(value) for r, value in found}
+
+
+def test_a_sigterm_to_a_parameter_server_alone_reaches_every_worker(tmp_path, reliability):
+    """The engine signals one server (its node is drained): the server writes the notice, the
+    launcher passes it on to every worker within a second, they save (the server serving that save)
+    and exit 75."""
+    shared = tmp_path / "job"
+    shared.mkdir()
+    env = {"SHARED": str(shared), "STRATEGY": "ps", "STOP": "ps:4"}
+    termed, _ = launch_script(SCRIPT, env, 2, 1, grace_period=30)
+    log = termed.stdout + termed.stderr
+    assert termed.returncode == 75, log[-4000:]
+    assert "passing it on to every worker" in termed.stderr, log[-4000:]
+    delays = {r: v["notice_after_s"] for r, v in _every_rank_report(termed).items()}
+    assert sorted(delays) == [0, 1] and max(delays.values()) < 1.0, delays
+    with open(shared / "ckpt" / "LATEST.json") as f:
+        latest = json.load(f)
+    assert latest["step"] >= 4 and (latest["num_workers"], latest["num_ps"]) == (2, 1), latest
+    for r in (0, 1):
+        assert re.search(rf"\[ *{r}\] .*preempted: saved step {latest['step']} ", log), log[-4000:]
+    reliability("Keras fit with a table on 1 parameter server, 2 workers: SIGTERM to the server alone "
+                "after step 4",
+                f"the server's notice reached both workers through tfx-dist-run ("
+                f"{max(delays.values()) * 1000:.0f} ms at most); they saved step {latest['step']} (the "
+                "server serving that save) and exited 75", detected_s=max(delays.values()))
+
+
+# Three runs of a job with servers, twice: over the suite's budget (`make reliability` runs them).
+@pytest.mark.long
+@pytest.mark.parametrize("strategy,size", [("ps", (2, 1)), ("hybrid", (2, 0))])
+def test_killed_then_preempted_under_max_restarts_ends_as_uninterrupted(
+        strategy, size, tmp_path, reliability):
+    shared = tmp_path / "job"
+    shared.mkdir()
+    env = {"SHARED": str(shared), "STRATEGY": strategy, "STOP": "1:5:KILL,0:9"}
+    job, wall_s, restarts = launch_with_restarts(SCRIPT, env, shared / "ckpt", *size)
+    assert "rank 1 was killed by SIGKILL" in restarts[0] and "resuming from step 3" in restarts[0]
+    assert "was preempted (exit code 75)" in restarts[1] and "resuming from step 9" in restarts[1]
+    run = rank0_report(job)
+    full = rank0_report(launch_script(SCRIPT, {"SHARED": str(tmp_path / "full"), "STRATEGY": strategy},
+                                      *size)[0])
+    assert run["start_step"] == 9 and full["start_step"] == 0
+    np.testing.assert_allclose(run["rows"], full["rows"], rtol=1e-5, atol=1e-6)
+    for a, b in zip(run["weights"], full["weights"], strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    reliability(f"Keras fit with a ShardedEmbedding table ({strategy}, {size[0]} workers, {size[1]} "
+                "servers) under tfx-dist-run --max-restarts 2: SIGKILL to rank 1 after step 5, SIGTERM "
+                "to rank 0 after step 9 of the rerun",
+                f"restarted twice (from step 3, then step 9), exit 0 in {wall_s:.0f} s; the table's "
+                "rows and dense weights equal an uninterrupted run's (rtol 1e-5)",
+                lost="SIGKILL: 2 steps (redone); SIGTERM: 0 steps")

@@ -44,17 +44,33 @@ def free_ports(n: int) -> list[int]:
 
 
 def launch_script(script: str, env: dict, num_workers: int = 2, num_ps: int = 0,
-                  grace_period: float = 5.0) -> tuple[subprocess.CompletedProcess, float]:
-    """Runs a worker script under ``tfx-dist-run -n num_workers --ps num_ps`` (this folder importable,
-    ``env`` added); returns the finished process, whatever its exit status, and its wall time."""
+                  grace_period: float = 5.0, options: tuple = (),
+                  timeout_s: int = 240) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs a worker script under ``tfx-dist-run -n num_workers --ps num_ps *options`` (this folder
+    importable, ``env`` added); returns the finished process, whatever its exit status, and its wall
+    time."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env,
                PYTHONPATH=os.pathsep.join([REPO_ROOT, os.path.dirname(os.path.abspath(__file__))]))
     start = time.monotonic()
     launcher = [sys.executable, "-m", "tfx_dist.run", "-n", str(num_workers), "--ps", str(num_ps),
                 "--grace-period", str(grace_period)]
-    result = subprocess.run(launcher + ["--timeout", "240", sys.executable, script], capture_output=True,
-                            text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    result = subprocess.run(launcher + [*options, "--timeout", str(timeout_s), sys.executable, script],
+                            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=timeout_s + 60)
     return result, time.monotonic() - start
+
+
+def launch_with_restarts(script: str, env: dict, checkpoint_dir, num_workers: int, num_ps: int = 0,
+                         max_restarts: int = 2) -> tuple[subprocess.CompletedProcess, float, list[str]]:
+    """`launch_script` under ``--max-restarts`` (restarts counted from ``checkpoint_dir``'s step);
+    asserts the job ended 0 after exactly ``max_restarts`` restarts; returns it, its wall time and
+    the launcher's line for each restart."""
+    job, wall_s = launch_script(script, env, num_workers, num_ps, grace_period=30, timeout_s=400, options=(
+        "--max-restarts", str(max_restarts), "--checkpoint-dir", str(checkpoint_dir)))
+    log = job.stdout + job.stderr
+    assert job.returncode == 0, log[-4000:]
+    restarts = [line for line in job.stderr.splitlines() if "restarting the job" in line]
+    assert len(restarts) == max_restarts, log[-4000:]
+    return job, wall_s, restarts
 
 
 def rank0_reports(result: subprocess.CompletedProcess) -> list:

@@ -12,11 +12,13 @@ starts and continues at the step after it:
   saved run already trained on in that epoch are read and dropped, not
   trained on: no batch is seen twice, none is skipped, as long as the input
   yields the same batches in the same order in every run. That holds for
-  NumPy arrays and tensors (``shuffle=False``), and for a `tf.data.Dataset`
-  whose order does not depend on how often it was iterated before (no
-  shuffle, or ``shuffle(..., seed=S, reshuffle_each_iteration=False)``).
-  Keras's own shuffling of arrays (``shuffle=True``) is not reproducible
-  across processes, nor is a reshuffling dataset.
+  NumPy arrays and tensors, shuffled by Keras (``shuffle=True``) or not,
+  under tfx_dist's multi-worker strategies (each epoch's order is a function
+  of a seed the checkpoint keeps and of the epoch: `array_order`), and for a
+  `tf.data.Dataset` whose order does not depend on how often it was iterated
+  before (no shuffle, or ``shuffle(..., seed=S,
+  reshuffle_each_iteration=False)``). A dataset that reshuffles each
+  iteration resumes in another order: a warning says so, once.
 
 `tfx_dist.layers.ShardedEmbedding` tables (on the workers or on parameter
 servers) are saved with their slots by their own checkpoint path
@@ -41,8 +43,10 @@ from tfx_dist.fault_tolerance import dense_state, table_state
 from tfx_dist.fault_tolerance.agreement import StopAgreement, is_chief, rank_of, wait_for_everyone
 from tfx_dist.fault_tolerance.checkpoint_dir import CheckpointDir
 from tfx_dist.fault_tolerance.notice import PreemptionNotice
+from tfx_dist.input import array_order
 
 _log = logging.getLogger("tfx_dist.fault_tolerance")
+_warned_reshuffling = [False]  # the warning below: once per process
 
 
 class StepCheckpoint(keras.callbacks.Callback):
@@ -89,6 +93,14 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._variables = dense_state.model_variables(model)
         self._step, self._epoch, self._step_in_epoch, self._to_skip = 0, 0, 0, 0
         self._skipping = False
+        self._input_order = array_order.latest_order()  # fit's shuffled arrays, if they are
+        if array_order.latest_reshuffles() and not _warned_reshuffling[0]:
+            _warned_reshuffling[0] = True
+            _log.warning("the training dataset reshuffles each iteration (shuffle(..., "
+                         "reshuffle_each_iteration=True)): a resumed run's epoch is shuffled in another "
+                         "order than the interrupted run's, so some examples of that epoch are trained "
+                         "twice and others not at all; for a step-exact resume use "
+                         "reshuffle_each_iteration=False with a seed, or NumPy input with shuffle=True")
         self._restore_latest()
         if self._notice is not None:
             self._notice.install()
@@ -108,6 +120,9 @@ class StepCheckpoint(keras.callbacks.Callback):
                 f"global batch size changed (keep fit's batch_size, the global batch, when the number "
                 f"of workers changes), so its input position cannot be continued.")
         dense_state.restore(self._variables, checkpoint.path)
+        seed = checkpoint.extra.get("input_seed")
+        if self._input_order is not None and seed is not None:
+            self._input_order.seed = int(seed)  # the saved run's orders, epoch by epoch
         if self._tables is not None:
             self._tables.restore(checkpoint.path)
         self._step, self._epoch = checkpoint.step, checkpoint.epoch
@@ -134,6 +149,8 @@ class StepCheckpoint(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
+        if self._input_order is not None:  # the epoch's iterator starts next: its order is this epoch's
+            self._input_order.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
         if self._skipping:
@@ -166,7 +183,8 @@ class StepCheckpoint(keras.callbacks.Callback):
             self._directory.commit(folder, step=self._step, epoch=epoch, step_in_epoch=step_in_epoch,
                                    num_workers=self._agreement.num_workers,
                                    num_ps=_num_servers(self._strategy),
-                                   extra={"steps_per_epoch": (self.params or {}).get("steps")})
+                                   extra={"steps_per_epoch": (self.params or {}).get("steps"),
+                                          "input_seed": getattr(self._input_order, "seed", None)})
         wait_for_everyone(self._strategy)  # the chief's files are complete on every worker's return
 
     # -- fit's end ---------------------------------------------------------------------------

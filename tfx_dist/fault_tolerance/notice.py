@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -54,6 +55,11 @@ class PreemptionNotice:
     def received(self) -> bool:
         """Whether a preemption signal came since `install`."""
         return self._signum is not None
+
+    @property
+    def received_at(self) -> float | None:
+        """When the first signal came (``time.monotonic()``), or None."""
+        return self._at
 
     @property
     def signal_name(self) -> str:
@@ -101,6 +107,11 @@ class PreemptionNotice:
         os._exit(128 + self._signum)
 
 
+# The line a serving process writes when its notice comes; tfx-dist-run passes the notice on to
+# every worker when a parameter server writes it (tfx_dist.launcher.status.PREEMPTION_NOTICE_LINE).
+NOTICE_LINE = "tfx_dist: preemption notice:"
+
+
 def serve_through_notice(what: str, grace_s: float | None = None) -> None:
     """For a process that serves the workers (a parameter server): SIGTERM does not end it at once.
 
@@ -109,8 +120,37 @@ def serve_through_notice(what: str, grace_s: float | None = None) -> None:
     would take the checkpoint with it. So the server keeps serving until the
     workers have saved and said goodbye (then it exits as usual), or until
     ``grace_s`` (``TFX_PREEMPTION_GRACE_S``) has passed, whichever comes first.
-    The notice must reach the workers too (the launcher forwards it to every
-    process; a Kubernetes pod or SLURM step is signalled as a whole).
+
+    The server's main thread serves in C++, where Python runs no signal
+    handler until it returns: a thread woken by the signal (Python's wakeup
+    fd) starts the grace period and writes `NOTICE_LINE` on stderr at once.
+    tfx-dist-run passes that on to every worker as SIGTERM, so a notice sent
+    to a server alone stops the workers too (under another engine, signal
+    the whole job: a Kubernetes pod or Slurm step is signalled as a whole).
     """
-    PreemptionNotice(grace_s=grace_s, then=f"{what} serves the workers until they have saved and left "
-                     "(then exits)").install()
+    notice = PreemptionNotice(grace_s=grace_s, then=f"{what} serves the workers until they have saved "
+                              "and left (then exits)")
+    if not notice.install():
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(notice, read_fd, what), name="tfx-preemption-notice",
+                     daemon=True).start()
+
+
+def _watch(notice: PreemptionNotice, read_fd: int, what: str) -> None:
+    wanted = {int(s) for s in notice.signals}
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        signums = [s for s in data if s in wanted]
+        if signums and not notice.received:
+            # The same as the handler would do, from this thread (the main one is in C++).
+            notice._handle(signums[0], None)
+            print(f"{NOTICE_LINE} {what} got {notice.signal_name}; the workers save and exit",
+                  file=sys.stderr, flush=True)

@@ -10,16 +10,54 @@ the permutation drawn from a seed the workers share (the chief's), new each
 epoch, the same on every worker: each new iterator draws the next value of a
 seeded ``tf.data.Dataset.random``, which advances identically everywhere.
 ``shuffle="batch"`` (rows shuffled within each batch) gets the same treatment.
+
+Each epoch's order is a function of that seed and the epoch's number alone
+(`EpochOrder`), so a run that resumes from a checkpoint recomputes it: the
+checkpoint keeps the seed, and the resumed run sets the epoch its next
+iterator shuffles for (`tfx_dist.fault_tolerance`). A `tf.data` pipeline that
+reshuffles each iteration has no such function: `reshuffles_each_iteration`
+finds it, so that a resume can say that its order differs.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 from typing import Callable
 
 import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
+
+
+class EpochOrder:
+    """The order of one shuffled array input: its seed (the chief's) and the epoch whose order
+    its next iterator draws (counted from 0; a resumed run sets it)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.epoch = 0
+        self._lock = threading.Lock()  # tf.data calls `_next` from its own threads
+
+    def _next(self):
+        with self._lock:
+            epoch, self.epoch = self.epoch, self.epoch + 1
+            return tf.constant([epoch, self.seed], tf.int64)
+
+
+# What the latest dataset distributed in this process (fit's, when its callbacks start) shuffles
+# by: its EpochOrder (Keras's shuffled arrays), or whether it reshuffles each iteration.
+_latest: dict = {"order": None, "reshuffles": False}
+
+
+def latest_order() -> EpochOrder | None:
+    """The `EpochOrder` of the latest dataset distributed here, if it is Keras's shuffled arrays."""
+    return _latest["order"]
+
+
+def latest_reshuffles() -> bool:
+    """Whether the latest dataset distributed here reshuffles each iteration (`tf.data`)."""
+    return _latest["reshuffles"]
 
 
 def same_order_on_every_worker(dataset: tf.data.Dataset,
@@ -28,10 +66,12 @@ def same_order_on_every_worker(dataset: tf.data.Dataset,
     order drawn from the chief's seed. ``chief_value(x)`` returns the chief's ``x`` on every
     worker (every worker calls it for the same datasets, in the same order)."""
     source = tfc.shuffled_array_input(dataset)
+    _latest.update(order=None, reshuffles=source is None and reshuffles_each_iteration(dataset))
     if source is None:
         return dataset
-    seed = chief_value(random.randrange(1, 2**62))
-    batches = _index_batches(source.num_samples, source.batch_size, source.shuffle, seed)
+    order = EpochOrder(chief_value(random.randrange(1, 2**62)))
+    _latest["order"] = order
+    batches = _index_batches(source.num_samples, source.batch_size, source.shuffle, order)
     arrays = tf.data.Dataset.from_tensors(source.arrays).repeat()
     rebuilt = tf.data.Dataset.zip((batches, arrays)).map(
         _plain(lambda indices, data: tfc.gather_rows(data, indices)),
@@ -42,26 +82,48 @@ def same_order_on_every_worker(dataset: tf.data.Dataset,
     return rebuilt.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def _index_batches(num_samples: int, batch_size: int, shuffle, seed: int) -> tf.data.Dataset:
-    """Batches of example numbers, in an order that depends only on ``seed`` and the epoch."""
+def reshuffles_each_iteration(dataset: tf.data.Dataset) -> bool:
+    """Whether ``dataset``'s pipeline holds a ``shuffle(..., reshuffle_each_iteration=True)``:
+    its order in an epoch depends on how many iterators it made before."""
+    pending, seen = [dataset], set()
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if getattr(node, "_reshuffle_each_iteration", False) is True:
+            return True
+        inputs = getattr(node, "_inputs", None)
+        pending.extend(inputs() if callable(inputs) else ())
+    return False
+
+
+def _index_batches(num_samples: int, batch_size: int, shuffle, order: EpochOrder) -> tf.data.Dataset:
+    """Batches of example numbers, in an order that depends only on the seed and the epoch."""
     full = num_samples // batch_size * batch_size
-    # One draw per iterator (epoch): a seeded random dataset advances alike on every worker.
-    draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+    # Read once per iterator (epoch), in Python: the epoch and the seed are state a resume sets.
+    epoch_and_seed = tf.data.Dataset.from_tensors(0).map(
+        _plain(lambda _: tf.ensure_shape(tf.py_function(order._next, [], tf.int64), [2])))
 
-    def shuffled(values, draw):
-        return tf.random.experimental.stateless_shuffle(values, seed=tf.stack([draw, seed]))
+    def shuffled(values, seed):
+        return tf.random.experimental.stateless_shuffle(values, seed=seed)
 
-    def batches_of(order):
-        batches = tf.data.Dataset.from_tensor_slices(tf.reshape(order[:full], [-1, batch_size]))
+    def batches_of(permutation):
+        batches = tf.data.Dataset.from_tensor_slices(tf.reshape(permutation[:full], [-1, batch_size]))
         if full < num_samples:
-            batches = batches.concatenate(tf.data.Dataset.from_tensors(order[full:]))
+            batches = batches.concatenate(tf.data.Dataset.from_tensors(permutation[full:]))
         return batches
 
-    if shuffle == "batch":
+    if shuffle == "batch":  # each batch its own seed: (the epoch's batch number, the seed)
         in_order = batches_of(tf.range(num_samples, dtype=tf.int64))
-        return tf.data.Dataset.zip((in_order, draws)).map(_plain(shuffled))
-    return draws.take(1).map(
-        _plain(lambda draw: shuffled(tf.range(num_samples, dtype=tf.int64), draw))).flat_map(
+        per_batch = (num_samples + batch_size - 1) // batch_size
+
+        def epoch_batches(epoch_seed):
+            return in_order.enumerate().map(_plain(lambda i, batch: shuffled(
+                batch, tf.stack([epoch_seed[0] * per_batch + i, epoch_seed[1]]))))
+        return epoch_and_seed.flat_map(_plain(epoch_batches))
+    return epoch_and_seed.map(
+        _plain(lambda epoch_seed: shuffled(tf.range(num_samples, dtype=tf.int64), epoch_seed))).flat_map(
             _plain(batches_of))
 
 

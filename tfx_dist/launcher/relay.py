@@ -7,10 +7,10 @@ import collections
 import os
 import select
 import threading
-from typing import Deque, Optional
+from typing import Callable, Deque, Optional
 
 from tfx_dist.launcher.console import Console
-from tfx_dist.launcher.status import LAUNCHER
+from tfx_dist.launcher.status import LAUNCHER, PREEMPTION_NOTICE_LINE
 
 PROGRESS_BAR = "━".encode()  # U+2501, what Keras 3's progress bar draws
 TAIL_LINES = 20              # stderr lines of a failed rank repeated at the end
@@ -44,8 +44,9 @@ class Relay(threading.Thread):
     """
 
     def __init__(self, rank: int, pipe, out, prefix: bytes, console: Console,
-                 hide_progress: bool, keep_tail: bool):
+                 hide_progress: bool, keep_tail: bool, on_notice: Optional[Callable[[], None]] = None):
         super().__init__(name=f"{LAUNCHER}-relay-{rank}", daemon=True)
+        self.on_notice = on_notice  # called when the process writes a preemption notice line
         self.pipe, self.out, self.prefix, self.console = pipe, out, prefix, console
         self.hide_progress = hide_progress
         self.line_open = False     # a piece of the current line is on screen
@@ -115,8 +116,10 @@ class Relay(threading.Thread):
         if piece.endswith(b"\r"):
             self._tail_line = b""       # the line is being redrawn: keep its latest version
         elif piece.endswith(b"\n"):
-            line = (self._tail_line + piece).rstrip(b"\r\n")
-            self.tail.append(line.decode(errors="replace"))
+            line = (self._tail_line + piece).rstrip(b"\r\n").decode(errors="replace")
+            self.tail.append(line)
             self._tail_line = b""
+            if self.on_notice is not None and line.startswith(PREEMPTION_NOTICE_LINE):
+                self.on_notice()
         else:
             self._tail_line += piece

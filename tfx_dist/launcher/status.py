@@ -12,6 +12,9 @@ EXIT_CANNOT_START = 2     # bad arguments (argparse's status) or the job could n
 # notice exits with it (tfx_dist.fault_tolerance.PREEMPTED_EXIT_CODE), and so
 # does the launcher when it was told to stop and its workers did that.
 EXIT_PREEMPTED = 75
+# What a parameter server writes on stderr when it gets a preemption notice (SIGTERM):
+# the launcher passes the notice on to every worker (tfx_dist.fault_tolerance.notice.NOTICE_LINE).
+PREEMPTION_NOTICE_LINE = "tfx_dist: preemption notice:"
 
 
 class LaunchError(RuntimeError):

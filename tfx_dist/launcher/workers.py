@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 
 from tfx_dist.launcher.console import Console
 from tfx_dist.launcher.relay import Relay
-from tfx_dist.launcher.status import LaunchError
+from tfx_dist.launcher.status import LaunchError, say
 
 
 def _set_parent_death_signal():
@@ -68,7 +68,8 @@ class Workers:
             prefix = f"[{self.labels[rank]:>{width}}] ".encode()
             hide = hide_progress and rank != 0
             self.relays.append(Relay(rank, proc.stdout, stdout, prefix, self.console, hide, False))
-            self.relays.append(Relay(rank, proc.stderr, stderr, prefix, self.console, hide, True))
+            notice = self._pass_notice_on if self.labels[rank].startswith("ps") else None
+            self.relays.append(Relay(rank, proc.stderr, stderr, prefix, self.console, hide, True, notice))
         for relay in self.relays:
             relay.start()
 
@@ -81,6 +82,17 @@ class Workers:
             if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, sig)  # the group: also a shell's children
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _pass_notice_on(self) -> None:
+        """A parameter server got a preemption notice: SIGTERM to every worker, which save (the
+        servers serve that save) and exit, as when the notice reaches a worker."""
+        say("a parameter server got a preemption notice; passing it on to every worker (SIGTERM)")
+        for label, proc in zip(self.labels, self.procs):
+            if not label.startswith("ps") and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
                 except (ProcessLookupError, PermissionError):
                     pass
 

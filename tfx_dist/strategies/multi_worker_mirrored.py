@@ -81,7 +81,7 @@ def _cluster_resolver_for(info: cluster_lib.ClusterInfo):
         rpc_layer=info.rpc_layer)
 
 
-class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
+class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput, save_agreement.WorkerAgreement,
                                   tfc.collective_all_reduce_strategy.CollectiveAllReduceExtended):
     """The `tf.distribute.StrategyExtended` of `MultiWorkerMirroredStrategy`.
 
@@ -173,8 +173,9 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
     # -- input ---------------------------------------------------------------------------------
 
     def _experimental_distribute_dataset(self, dataset, options):
-        if self._num_workers > 1:  # Keras's shuffled NumPy input: one order on every worker
-            dataset = array_order.same_order_on_every_worker(dataset, self._chief_value)
+        # Keras's shuffled NumPy input: one order on every worker, recomputed by a resume.
+        dataset = array_order.same_order_on_every_worker(
+            dataset, self._chief_value if self._num_workers > 1 else int)
         distributed = super()._experimental_distribute_dataset(dataset, options)
         if self._num_workers > 1 and input_balance.same_batch_count_on_every_worker(dataset):
             # No worker can run out before the others: skip TF's per-step

@@ -5,7 +5,8 @@ STOP="<rank>:<step>:<TERM|KILL>,...": unless SHARED/stopped-<step> exists, that 
 sends itself the signal right after global step <step> (a real signal through the kernel; TERM is
 sent twice). Rank 0 reports the step this run started from, the steps it trained and the final
 weights.
-DROPOUT sets the dropout rate (default 0.25).
+DROPOUT sets the dropout rate (default 0.25). SHUFFLE=1: Keras shuffles the arrays (shuffle=True);
+rank 0 then also reports the seed of their order (each epoch's: tfx_dist.input.array_order).
 
 Then, unless FIT_ONLY is set, a custom loop of RUNS steps under
 tf.distribute.experimental.PreemptionCheckpointHandler (TensorFlow's API, unchanged):
@@ -19,6 +20,7 @@ import sys
 import keras
 
 import tfx_dist
+from tfx_dist.input import array_order
 from worker_lib import make_strategy, rank, regression_data, report, weights_digest
 
 SHARED = os.environ["SHARED"]
@@ -58,9 +60,12 @@ class Progress(keras.callbacks.Callback):
 
 
 backup = tfx_dist.BackupAndRestore(os.path.join(SHARED, "ckpt"), save_freq=4, delete_checkpoint=False)
-model.fit(x, y, batch_size=24, epochs=4, shuffle=False, verbose=0, callbacks=[Progress(), backup])
+model.fit(x, y, batch_size=24, epochs=4, shuffle=bool(os.environ.get("SHUFFLE")), verbose=0,
+          callbacks=[Progress(), backup])
 if rank() == 0:
-    report({"start_step": Progress.start_step, "trained": Progress.trained, "weights": weights_digest(model)})
+    order = array_order.latest_order()
+    report({"start_step": Progress.start_step, "trained": Progress.trained, "weights": weights_digest(model),
+            "seed": order.seed if order is not None else None})
 if os.environ.get("FIT_ONLY"):
     sys.exit(0)
 
