@@ -121,3 +121,69 @@ def test_a_fit_stops_at_sigterm_with_75_and_refuses_another_global_batch(tmp_pat
         _model(4).fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0,
                       callbacks=[StepCheckpoint(str(tmp_path))])
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _table_model(rows, width, names=("item_table",)):
+    import tfx_dist
+
+    inputs = keras.Input((2,), dtype="int64")
+    embedded = [tfx_dist.layers.ShardedEmbedding(rows, width, combiner="mean", name=name)(inputs)
+                for name in names]
+    joined = embedded[0] if len(embedded) == 1 else keras.layers.Concatenate()(embedded)
+    model = keras.Model(inputs, keras.layers.Dense(1)(joined))
+    model.compile(keras.optimizers.Adagrad(0.3), "mse")
+    model.fit(np.zeros((4, 2), "int64"), np.ones((4, 1)), verbose=0)
+    return model
+
+
+def test_a_checkpoint_of_another_table_layout_is_refused_naming_what_differs(tmp_path):
+    from tfx_dist.fault_tolerance import table_state
+
+    table_state.tables_of(_table_model(40, 4)).save(str(tmp_path), True, 0)
+    table_state.tables_of(_table_model(40, 4)).restore(str(tmp_path))
+    for model, what in ((_table_model(40, 8), r"written for dim 4, but table 'item_table' .* has 8"),
+                        (_table_model(50, 4), r"num_rows .* 40, but table 'item_table' .* has 50"),
+                        (_table_model(40, 4, ("item_table", "user_table")),
+                         r"holds the ShardedEmbedding tables \['item_table'\]; this model has "
+                         r"\['item_table', 'user_table'\]")):
+        with pytest.raises(dense_state.CheckpointMismatchError, match=what):
+            table_state.tables_of(model).restore(str(tmp_path))
+
+
+_SLOW_WRITER = """
+import os, sys, time
+from tfx_dist.fault_tolerance.checkpoint_dir import CheckpointDir
+from tfx_dist.fault_tolerance.notice import PreemptionNotice
+directory = CheckpointDir(sys.argv[1])
+for step in (1, 2):
+    folder = directory.begin(step)
+    with open(os.path.join(folder, "data.bin"), "wb") as f:
+        f.write(bytes([step]) * 1000)
+        if step == 2:  # half written, and the save outlasts the grace period
+            PreemptionNotice(grace_s=0.5).install()
+            f.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+    directory.commit(folder, step=step, epoch=0, step_in_epoch=step, num_workers=1)
+"""
+
+
+def test_a_sigterm_during_the_write_leaves_the_previous_checkpoint_usable(tmp_path):
+    import subprocess
+    import sys
+
+    writer = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER, str(tmp_path / "ckpt")],
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "writing"
+    writer.send_signal(signal.SIGTERM)
+    writer.send_signal(signal.SIGTERM)  # twice: nothing changes
+    assert writer.wait(timeout=30) == 128 + signal.SIGTERM  # the grace period ended the save
+    directory = CheckpointDir(str(tmp_path / "ckpt"))
+    latest = directory.latest()
+    assert latest.step == 1
+    directory.verify(latest.path)
+    with open(os.path.join(latest.path, "data.bin"), "rb") as f:
+        assert f.read() == bytes([1]) * 1000
+    _save(directory, 2)  # the next save clears the interrupted one
+    assert directory.latest().step == 2
+    assert sorted(os.listdir(directory.path)) == ["LATEST.json", "ckpt-1", "ckpt-2"]

@@ -17,15 +17,18 @@ finds them beside the checkpoint it reads.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
 import tensorflow as tf
 
+from tfx_dist import errors
 from tfx_dist.fault_tolerance.dense_state import CheckpointMismatchError
 from tfx_dist.layers import ShardedEmbedding
 
 TABLES = "tables"
+NAMES = "tables.json"  # the table layers' names, in the model's order
 
 
 class Tables:
@@ -39,6 +42,8 @@ class Tables:
         """Writes the tables into ``folder`` (every worker calls it, the chief's folder already made)."""
         if chief:
             self.checkpoint.write(os.path.join(folder, TABLES))
+            with open(os.path.join(folder, NAMES), "w") as f:
+                json.dump(self.names, f)
             return
         own = os.path.join(folder, f"workertemp_{rank}")
         try:
@@ -51,7 +56,20 @@ class Tables:
         if not tf.io.gfile.exists(os.path.join(folder, TABLES + ".index")):
             raise CheckpointMismatchError(f"The checkpoint {folder} is of another model: it holds no "
                                           f"ShardedEmbedding tables, this model has {self.names}.")
-        self.checkpoint.read(os.path.join(folder, TABLES)).assert_existing_objects_matched()
+        names_path = os.path.join(folder, NAMES)
+        if os.path.exists(names_path):
+            with open(names_path) as f:
+                saved = json.load(f)
+            if saved != self.names:
+                raise CheckpointMismatchError(f"The checkpoint {folder} holds the ShardedEmbedding tables "
+                                              f"{saved}; this model has {self.names}.")
+        try:
+            self.checkpoint.read(os.path.join(folder, TABLES)).assert_existing_objects_matched()
+        except (errors.FailedPreconditionError, errors.InvalidArgumentError,
+                tf.errors.FailedPreconditionError, tf.errors.InvalidArgumentError, AssertionError) as e:
+            # The table's own check names what differs (rows, width, initializer, layout).
+            raise CheckpointMismatchError(f"The checkpoint {folder} holds other tables than this "
+                                          f"model's {self.names}: {e}") from e
 
 
 def tables_of(model) -> Tables | None:
