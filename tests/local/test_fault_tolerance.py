@@ -187,3 +187,22 @@ def test_a_sigterm_during_the_write_leaves_the_previous_checkpoint_usable(tmp_pa
     _save(directory, 2)  # the next save clears the interrupted one
     assert directory.latest().step == 2
     assert sorted(os.listdir(directory.path)) == ["LATEST.json", "ckpt-1", "ckpt-2"]
+
+
+def test_shuffled_inputs_resume_in_the_uninterrupted_order_and_an_unseeded_reshuffle_is_warned_once(
+        tmp_path):
+    """NumPy arrays with shuffle=True (each epoch's order from the checkpoint's seed and the epoch)
+    and a seeded reshuffling tf.data pipeline (the resume advances its seeds) end with the weights
+    of the uninterrupted fit; an unseeded reshuffling pipeline resumes in another order, said once."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shuffled_resume.py")
+    run = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stdout[-2000:] + run.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["numpy"] < 1e-5 and result["seeded"] < 1e-5, result
+    assert len(result["warnings"]) == 1 and "without a seed" in result["warnings"][0], result

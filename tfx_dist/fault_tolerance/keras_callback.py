@@ -15,10 +15,12 @@ starts and continues at the step after it:
   NumPy arrays and tensors, shuffled by Keras (``shuffle=True``) or not,
   under tfx_dist's multi-worker strategies (each epoch's order is a function
   of a seed the checkpoint keeps and of the epoch: `array_order`), and for a
-  `tf.data.Dataset` whose order does not depend on how often it was iterated
-  before (no shuffle, or ``shuffle(..., seed=S,
-  reshuffle_each_iteration=False)``). A dataset that reshuffles each
-  iteration resumes in another order: a warning says so, once.
+  `tf.data.Dataset` without shuffling, with a shuffle that does not reshuffle,
+  or with a seeded one that does (the resume makes and drops as many
+  iterators as `fit` made before the saved epoch, which advances its seeds
+  as the saved run did).
+  An unseeded reshuffling dataset resumes in another order: a warning says
+  so, once.
 
 `tfx_dist.layers.ShardedEmbedding` tables (on the workers or on parameter
 servers) are saved with their slots by their own checkpoint path
@@ -94,13 +96,15 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._step, self._epoch, self._step_in_epoch, self._to_skip = 0, 0, 0, 0
         self._skipping = False
         self._input_order = array_order.latest_order()  # fit's shuffled arrays, if they are
-        if array_order.latest_reshuffles() and not _warned_reshuffling[0]:
+        self._reshuffles = array_order.latest_reshuffles()
+        if self._reshuffles == "unseeded" and not _warned_reshuffling[0]:
             _warned_reshuffling[0] = True
-            _log.warning("the training dataset reshuffles each iteration (shuffle(..., "
-                         "reshuffle_each_iteration=True)): a resumed run's epoch is shuffled in another "
-                         "order than the interrupted run's, so some examples of that epoch are trained "
-                         "twice and others not at all; for a step-exact resume use "
-                         "reshuffle_each_iteration=False with a seed, or NumPy input with shuffle=True")
+            _log.warning("the training dataset reshuffles each iteration without a seed (shuffle(..., "
+                         "reshuffle_each_iteration=True), no seed and no tf.random.set_seed): a resumed "
+                         "run shuffles its epoch in another order than the interrupted run did, so some "
+                         "examples of that epoch are trained twice and others not at all; give the "
+                         "shuffle a seed (or call keras.utils.set_random_seed first) for a step-exact "
+                         "resume")
         self._restore_latest()
         if self._notice is not None:
             self._notice.install()
@@ -125,6 +129,8 @@ class StepCheckpoint(keras.callbacks.Callback):
             self._input_order.seed = int(seed)  # the saved run's orders, epoch by epoch
         if self._tables is not None:
             self._tables.restore(checkpoint.path)
+        if self._reshuffles == "seeded":  # its next iterator shuffles as the saved epoch's did
+            array_order.skip_iterators(checkpoint.epoch * _iterators_per_epoch(steps))
         self._step, self._epoch = checkpoint.step, checkpoint.epoch
         self._to_skip = checkpoint.step_in_epoch
         self.model._initial_epoch = checkpoint.epoch
@@ -200,6 +206,12 @@ class StepCheckpoint(keras.callbacks.Callback):
                 os.kill(os.getpid(), self._notice.signals[0])  # as if it came now
         if self._delete_at_end and is_chief(self._strategy):
             shutil.rmtree(self._directory.path, ignore_errors=True)
+
+
+def _iterators_per_epoch(steps) -> int:
+    """How many iterators of its dataset Keras 3's `fit` makes per epoch: one at the epoch's start
+    and, when it knows the epoch's length, one more at its end (dropped at the next start)."""
+    return 2 if steps else 1
 
 
 def _num_servers(strategy) -> int:

@@ -15,8 +15,10 @@ Each epoch's order is a function of that seed and the epoch's number alone
 (`EpochOrder`), so a run that resumes from a checkpoint recomputes it: the
 checkpoint keeps the seed, and the resumed run sets the epoch its next
 iterator shuffles for (`tfx_dist.fault_tolerance`). A `tf.data` pipeline that
-reshuffles each iteration has no such function: `reshuffles_each_iteration`
-finds it, so that a resume can say that its order differs.
+reshuffles each iteration with seeds follows from them and from the
+iterators it made before: a resume makes as many (`skip_iterators`); one
+without seeds is random in every process, and a resume says so
+(`latest_reshuffles`).
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ class EpochOrder:
 
 
 # What the latest dataset distributed in this process (fit's, when its callbacks start) shuffles
-# by: its EpochOrder (Keras's shuffled arrays), or whether it reshuffles each iteration.
-_latest: dict = {"order": None, "reshuffles": False}
+# by: its EpochOrder (Keras's shuffled arrays), or its reshuffling tf.data shuffles.
+_latest: dict = {"order": None, "dataset": None, "reshuffling": ()}
 
 
 def latest_order() -> EpochOrder | None:
@@ -55,9 +57,22 @@ def latest_order() -> EpochOrder | None:
     return _latest["order"]
 
 
-def latest_reshuffles() -> bool:
-    """Whether the latest dataset distributed here reshuffles each iteration (`tf.data`)."""
-    return _latest["reshuffles"]
+def latest_reshuffles() -> str | None:
+    """None, or how the latest dataset distributed here reshuffles each iteration (`tf.data`):
+    ``"seeded"`` (each epoch's order follows from the seeds and the iterations before it) or
+    ``"unseeded"`` (random in every process)."""
+    shuffles = _latest["reshuffling"]
+    if not shuffles:
+        return None
+    return "seeded" if all(_seeded(node) for node in shuffles) else "unseeded"
+
+
+def skip_iterators(count: int) -> None:
+    """Makes the latest dataset's next iterator shuffle as its ``count + 1``-th would: iterators
+    made and dropped advance its shuffles' seeds (shared with its distributed copies)."""
+    if latest_reshuffles() == "seeded":
+        for _ in range(count):
+            iter(_latest["dataset"])
 
 
 def same_order_on_every_worker(dataset: tf.data.Dataset,
@@ -66,7 +81,7 @@ def same_order_on_every_worker(dataset: tf.data.Dataset,
     order drawn from the chief's seed. ``chief_value(x)`` returns the chief's ``x`` on every
     worker (every worker calls it for the same datasets, in the same order)."""
     source = tfc.shuffled_array_input(dataset)
-    _latest.update(order=None, reshuffles=source is None and reshuffles_each_iteration(dataset))
+    _latest.update(order=None, dataset=dataset, reshuffling=() if source else _reshuffling(dataset))
     if source is None:
         return dataset
     order = EpochOrder(chief_value(random.randrange(1, 2**62)))
@@ -82,20 +97,26 @@ def same_order_on_every_worker(dataset: tf.data.Dataset,
     return rebuilt.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def reshuffles_each_iteration(dataset: tf.data.Dataset) -> bool:
-    """Whether ``dataset``'s pipeline holds a ``shuffle(..., reshuffle_each_iteration=True)``:
-    its order in an epoch depends on how many iterators it made before."""
-    pending, seen = [dataset], set()
+def _reshuffling(dataset: tf.data.Dataset) -> tuple:
+    """The ``shuffle(..., reshuffle_each_iteration=True)`` steps of ``dataset``'s pipeline: its
+    order in an epoch depends on how many iterators it made before."""
+    found, pending, seen = [], [dataset], set()
     while pending:
         node = pending.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         if getattr(node, "_reshuffle_each_iteration", False) is True:
-            return True
+            found.append(node)
         inputs = getattr(node, "_inputs", None)
         pending.extend(inputs() if callable(inputs) else ())
-    return False
+    return tuple(found)
+
+
+def _seeded(shuffle) -> bool:
+    # Seeds (0, 0): TensorFlow draws random ones (no op seed and no global seed was set).
+    seeds = [getattr(shuffle, name, None) for name in ("_seed", "_seed2")]
+    return all(seed is not None for seed in seeds) and any(int(seed) != 0 for seed in seeds)
 
 
 def _index_batches(num_samples: int, batch_size: int, shuffle, order: EpochOrder) -> tf.data.Dataset:
