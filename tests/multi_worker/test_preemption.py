@@ -98,29 +98,17 @@ def test_sigterm_then_sigkill_resume_to_the_uninterrupted_weights(tmp_path, reli
                 lost="SIGTERM: 0 steps; SIGKILL: the steps since the last periodic save (3)")
 
 
-def _one_device_fit(seed=None):
-    """The same fit without dropout on one device, in this process: what any number of workers
-    sharing the global batch computes (up to the order of the sums). With ``seed`` (Keras's
-    shuffle=True under a tfx_dist multi-worker strategy), epoch e takes the examples in the order
-    stateless_shuffle(range(n), seed=[e, seed]), as `tfx_dist.input.array_order` draws it."""
-    import keras
-    import tensorflow as tf
+_SHUFFLED = {"DROPOUT": "0", "FIT_ONLY": "1", "SHUFFLE": "1"}
 
-    from worker_lib import regression_data
 
-    x, y = regression_data(n=96)
-    keras.utils.set_random_seed(7)
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-                              keras.layers.Dropout(0.0), keras.layers.Dense(1)])
-    schedule = keras.optimizers.schedules.ExponentialDecay(0.02, decay_steps=3, decay_rate=0.8)
-    model.compile(keras.optimizers.Adam(schedule), "mse")
-    if seed is None:
-        model.fit(x, y, batch_size=24, epochs=4, shuffle=False, verbose=0)
-    for epoch in range(4 if seed is not None else 0):
-        order = tf.random.experimental.stateless_shuffle(tf.range(96, dtype=tf.int64),
-                                                         seed=[epoch, seed]).numpy()
-        model.fit(x[order], y[order], batch_size=24, epochs=1, shuffle=False, verbose=0)
-    return model.get_weights()
+@pytest.fixture(scope="module")
+def shuffled_full_run(tmp_path_factory):
+    """The 3-worker fit with shuffle=True, uninterrupted (its chief draws the same job seed as every
+    first run of the same program: Python's generator is seeded by keras.utils.set_random_seed)."""
+    shared = tmp_path_factory.mktemp("shuffled_full")
+    run = _reports(launch_script(SCRIPT, dict(_SHUFFLED, SHARED=str(shared)), num_workers=3)[0])[-1]
+    assert run["start_step"] == 0 and run["trained"] == list(range(1, 17)) and run["seed"]
+    return run
 
 
 def _assert_weights(run, reference):
@@ -128,10 +116,10 @@ def _assert_weights(run, reference):
         np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_shuffled_fit_preempted_on_3_workers_resumes_on_2(tmp_path, reliability):
+def test_a_shuffled_fit_preempted_on_3_workers_resumes_on_2(tmp_path, reliability, shuffled_full_run):
     shared = tmp_path / "job"
     shared.mkdir()
-    env = {"SHARED": str(shared), "STOP": "2:5:TERM", "DROPOUT": "0", "FIT_ONLY": "1", "SHUFFLE": "1"}
+    env = dict(_SHUFFLED, SHARED=str(shared), STOP="2:5:TERM")
     termed, _ = launch_script(SCRIPT, env, num_workers=3)
     assert termed.returncode == 75, (termed.stdout + termed.stderr)[-4000:]
     assert _latest(shared / "ckpt")["num_workers"] == 3 and _latest(shared / "ckpt")["step"] == 5
@@ -142,31 +130,33 @@ def test_a_shuffled_fit_preempted_on_3_workers_resumes_on_2(tmp_path, reliabilit
     assert run["start_step"] == 5 and run["trained"] == list(range(6, 17)), run["trained"]
     # The resumed run shuffles each epoch as the first one did: by the seed its checkpoint kept.
     with open(shared / "ckpt" / _latest(shared / "ckpt")["path"] / "MANIFEST.json") as f:
-        assert run["seed"] == json.load(f)["extra"]["input_seed"]
-    _assert_weights(run, _one_device_fit(run["seed"]))
+        assert run["seed"] == json.load(f)["extra"]["input_seed"] == shuffled_full_run["seed"]
+    _assert_weights(run, shuffled_full_run["weights"])
     reliability("Keras fit (shuffle=True) with tfx_dist.BackupAndRestore preempted (SIGTERM to rank 2) "
                 "on 3 workers after step 5, resumed on 2 workers with the same global batch",
                 "exit 75, then the 2-worker job continued at step 6 (epoch 1, batch 2) in the same "
-                "shuffled order and ended with the weights of the same fit on one device (rtol 1e-5)")
+                "shuffled order and ended with the weights of the same fit uninterrupted on 3 workers "
+                "(rtol 1e-5)")
 
 
-def test_3_workers_killed_then_preempted_under_max_restarts_end_as_uninterrupted(tmp_path, reliability):
+def test_3_workers_killed_then_preempted_under_max_restarts_end_as_uninterrupted(
+        tmp_path, reliability, shuffled_full_run):
     """The chain of the done-when: SIGKILL to rank 1 mid-epoch, then SIGTERM to rank 2 in the rerun;
     tfx-dist-run --max-restarts 2 restarts twice and the job ends 0, shuffled input included."""
     shared = tmp_path / "job"
     shared.mkdir()
-    env = {"SHARED": str(shared), "STOP": "1:5:KILL,2:10:TERM", "DROPOUT": "0", "FIT_ONLY": "1",
-           "SHUFFLE": "1"}
+    env = dict(_SHUFFLED, SHARED=str(shared), STOP="1:5:KILL,2:10:TERM")
     job, wall_s, restarts = launch_with_restarts(SCRIPT, env, shared / "ckpt", num_workers=3)
     assert "rank 1 was killed by SIGKILL" in restarts[0] and "resuming from step 4" in restarts[0]
-    assert "rank 2 was preempted (exit code 75)" in restarts[1] and "resuming from step 10" in restarts[1]
+    assert "was preempted (exit code 75)" in restarts[1] and "resuming from step 10" in restarts[1]
     run = _reports(job)[-1]  # the third run's: the only one that reached the end
     assert run["start_step"] == 10 and run["trained"] == list(range(11, 17)), run["trained"]
-    _assert_weights(run, _one_device_fit(run["seed"]))
+    assert run["seed"] == shuffled_full_run["seed"]
+    _assert_weights(run, shuffled_full_run["weights"])
     reliability("3-worker Keras fit (shuffle=True, tfx_dist.BackupAndRestore(save_freq=4)) under "
                 "tfx-dist-run --max-restarts 2: SIGKILL to rank 1 after step 5 (epoch 1, batch 2), "
                 "SIGTERM to rank 2 after step 10 of the rerun",
                 f"restarted twice (from the periodic save of step 4, then from the preemption save of "
-                f"step 10), exit 0 in {wall_s:.0f} s; final weights equal the uninterrupted fit's on "
-                "one device in the same shuffled order (rtol 1e-5)",
+                f"step 10), exit 0 in {wall_s:.0f} s; final weights equal the uninterrupted 3-worker "
+                "fit's, in the same shuffled order (rtol 1e-5)",
                 lost="SIGKILL: 1 step (step 5, redone); SIGTERM: 0 steps")

@@ -126,10 +126,11 @@ class StepCheckpoint(keras.callbacks.Callback):
         dense_state.restore(self._variables, checkpoint.path)
         seed = checkpoint.extra.get("input_seed")
         if self._input_order is not None and seed is not None:
-            self._input_order.seed = int(seed)  # the saved run's orders, epoch by epoch
+            self._input_order.seed = int(seed)  # the saved run's orders
         if self._tables is not None:
             self._tables.restore(checkpoint.path)
-        if self._reshuffles == "seeded":  # its next iterator shuffles as the saved epoch's did
+        if self._input_order is not None or self._reshuffles == "seeded":
+            # Its next iterator shuffles as the saved epoch's did: as many made before it.
             array_order.skip_iterators(checkpoint.epoch * _iterators_per_epoch(steps))
         self._step, self._epoch = checkpoint.step, checkpoint.epoch
         self._to_skip = checkpoint.step_in_epoch
@@ -155,8 +156,6 @@ class StepCheckpoint(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
-        if self._input_order is not None:  # the epoch's iterator starts next: its order is this epoch's
-            self._input_order.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
         if self._skipping:

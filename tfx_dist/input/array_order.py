@@ -11,20 +11,21 @@ epoch, the same on every worker: each new iterator draws the next value of a
 seeded ``tf.data.Dataset.random``, which advances identically everywhere.
 ``shuffle="batch"`` (rows shuffled within each batch) gets the same treatment.
 
-Each epoch's order is a function of that seed and the epoch's number alone
-(`EpochOrder`), so a run that resumes from a checkpoint recomputes it: the
-checkpoint keeps the seed, and the resumed run sets the epoch its next
-iterator shuffles for (`tfx_dist.fault_tolerance`). A `tf.data` pipeline that
-reshuffles each iteration with seeds follows from them and from the
-iterators it made before: a resume makes as many (`skip_iterators`); one
-without seeds is random in every process, and a resume says so
-(`latest_reshuffles`).
+A resume recomputes those orders: iterator i of the dataset shuffles with the
+seed ``[draw_i, job seed]``, where draw_i depends on i alone (a
+``Dataset.random`` of a fixed seed, drawn when the iterator is made, never
+racing with prefetching) and the job seed is read when the iterator starts
+(`InputOrder`: the checkpoint keeps it, a restore sets it back). The resumed
+run makes and drops as many iterators as the saved run had made before its
+epoch (`skip_iterators`), so its epoch's iterator has the same i. A `tf.data`
+pipeline that reshuffles each iteration with seeds works the same way (its
+seeds advance per iterator); one without seeds is random in every process,
+and a resume says so (`latest_reshuffles`).
 """
 
 from __future__ import annotations
 
 import random
-import threading
 from typing import Callable
 
 import tensorflow as tf
@@ -32,28 +33,25 @@ import tensorflow as tf
 from tfx_dist import _tf_compat as tfc
 
 
-class EpochOrder:
-    """The order of one shuffled array input: its seed (the chief's) and the epoch whose order
-    its next iterator draws (counted from 0; a resumed run sets it)."""
+class InputOrder:
+    """The job seed of one shuffled array input (the chief's; a restore sets the saved one)."""
 
     def __init__(self, seed: int):
         self.seed = seed
-        self.epoch = 0
-        self._lock = threading.Lock()  # tf.data calls `_next` from its own threads
 
-    def _next(self):
-        with self._lock:
-            epoch, self.epoch = self.epoch, self.epoch + 1
-            return tf.constant([epoch, self.seed], tf.int64)
+    def _read(self):
+        return tf.constant(self.seed, tf.int64)
 
+
+_DRAWS_SEED = 0x7F3A  # fixed: draw i is the same in every run (the job seed varies instead)
 
 # What the latest dataset distributed in this process (fit's, when its callbacks start) shuffles
-# by: its EpochOrder (Keras's shuffled arrays), or its reshuffling tf.data shuffles.
+# by: its InputOrder (Keras's shuffled arrays), or its reshuffling tf.data shuffles.
 _latest: dict = {"order": None, "dataset": None, "reshuffling": ()}
 
 
-def latest_order() -> EpochOrder | None:
-    """The `EpochOrder` of the latest dataset distributed here, if it is Keras's shuffled arrays."""
+def latest_order() -> InputOrder | None:
+    """The `InputOrder` of the latest dataset distributed here, if it is Keras's shuffled arrays."""
     return _latest["order"]
 
 
@@ -70,7 +68,7 @@ def latest_reshuffles() -> str | None:
 def skip_iterators(count: int) -> None:
     """Makes the latest dataset's next iterator shuffle as its ``count + 1``-th would: iterators
     made and dropped advance its shuffles' seeds (shared with its distributed copies)."""
-    if latest_reshuffles() == "seeded":
+    if _latest["order"] is not None or latest_reshuffles() == "seeded":
         for _ in range(count):
             iter(_latest["dataset"])
 
@@ -84,9 +82,9 @@ def same_order_on_every_worker(dataset: tf.data.Dataset,
     _latest.update(order=None, dataset=dataset, reshuffling=() if source else _reshuffling(dataset))
     if source is None:
         return dataset
-    order = EpochOrder(chief_value(random.randrange(1, 2**62)))
-    _latest["order"] = order
+    order = InputOrder(chief_value(random.randrange(1, 2**62)))
     batches = _index_batches(source.num_samples, source.batch_size, source.shuffle, order)
+    _latest.update(order=order, dataset=batches)  # its iterators advance the rebuilt one's draws
     arrays = tf.data.Dataset.from_tensors(source.arrays).repeat()
     rebuilt = tf.data.Dataset.zip((batches, arrays)).map(
         _plain(lambda indices, data: tfc.gather_rows(data, indices)),
@@ -119,15 +117,18 @@ def _seeded(shuffle) -> bool:
     return all(seed is not None for seed in seeds) and any(int(seed) != 0 for seed in seeds)
 
 
-def _index_batches(num_samples: int, batch_size: int, shuffle, order: EpochOrder) -> tf.data.Dataset:
-    """Batches of example numbers, in an order that depends only on the seed and the epoch."""
+def _index_batches(num_samples: int, batch_size: int, shuffle, order: InputOrder) -> tf.data.Dataset:
+    """Batches of example numbers, in an order that depends only on the job seed and on how many
+    iterators the dataset made before."""
     full = num_samples // batch_size * batch_size
-    # Read once per iterator (epoch), in Python: the epoch and the seed are state a resume sets.
-    epoch_and_seed = tf.data.Dataset.from_tensors(0).map(
-        _plain(lambda _: tf.ensure_shape(tf.py_function(order._next, [], tf.int64), [2])))
+    # One draw per iterator, when it is made: a random dataset of a fixed seed advances alike on
+    # every worker and in every run; the job seed joins it when the iterator starts.
+    draws = tf.data.Dataset.random(seed=_DRAWS_SEED, rerandomize_each_iteration=True)
+    job_seed = tf.data.Dataset.from_tensors(0).map(
+        _plain(lambda _: tf.ensure_shape(tf.py_function(order._read, [], tf.int64), [])))
 
-    def shuffled(values, seed):
-        return tf.random.experimental.stateless_shuffle(values, seed=seed)
+    def shuffled(values, draw, seed):
+        return tf.random.experimental.stateless_shuffle(values, seed=tf.stack([draw, seed]))
 
     def batches_of(permutation):
         batches = tf.data.Dataset.from_tensor_slices(tf.reshape(permutation[:full], [-1, batch_size]))
@@ -135,16 +136,11 @@ def _index_batches(num_samples: int, batch_size: int, shuffle, order: EpochOrder
             batches = batches.concatenate(tf.data.Dataset.from_tensors(permutation[full:]))
         return batches
 
-    if shuffle == "batch":  # each batch its own seed: (the epoch's batch number, the seed)
+    if shuffle == "batch":
         in_order = batches_of(tf.range(num_samples, dtype=tf.int64))
-        per_batch = (num_samples + batch_size - 1) // batch_size
-
-        def epoch_batches(epoch_seed):
-            return in_order.enumerate().map(_plain(lambda i, batch: shuffled(
-                batch, tf.stack([epoch_seed[0] * per_batch + i, epoch_seed[1]]))))
-        return epoch_and_seed.flat_map(_plain(epoch_batches))
-    return epoch_and_seed.map(
-        _plain(lambda epoch_seed: shuffled(tf.range(num_samples, dtype=tf.int64), epoch_seed))).flat_map(
+        return tf.data.Dataset.zip((in_order, draws, job_seed.repeat())).map(_plain(shuffled))
+    return tf.data.Dataset.zip((draws.take(1), job_seed)).map(
+        _plain(lambda draw, seed: shuffled(tf.range(num_samples, dtype=tf.int64), draw, seed))).flat_map(
             _plain(batches_of))
 
 
