@@ -36,11 +36,11 @@ def test_tables_resume_at_another_size(strategy, first, resumed, stop, tmp_path,
     with open(shared / "ckpt" / "LATEST.json") as f:
         latest = json.load(f)
     saved = latest["step"]
+    assert termed.returncode == 75, log[-4000:]
     if stop.startswith("launcher"):  # the launcher forwards the notice: the step is the next agreed one
-        assert termed.returncode == 128 + 15 and saved >= 4, log[-4000:]
-        assert "received SIGTERM; stopped all 4 worker(s)" in log, log[-4000:]
+        assert saved >= 4 and "received SIGTERM; 2 of 4 worker(s) saved and exited 75" in log, log[-4000:]
     else:
-        assert termed.returncode == 75 and saved == 4, log[-4000:]
+        assert saved == 4, log[-4000:]
     for r in range(first[0]):
         assert re.search(rf"\[ *{r}\] .*preempted: saved step {saved} ", log), log[-4000:]
     assert (latest["num_workers"], latest["num_ps"]) == first
