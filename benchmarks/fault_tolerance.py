@@ -196,7 +196,8 @@ def section_cost(args) -> dict:
     env = {"FT_TABLE_ROWS": str(args.table_rows), "FT_TABLE_DIM": str(args.table_dim),
            "FT_REPEATS": str(args.save_repeats)}
     job = run_job("cost", 2, env, args.timeout * 2, max_restarts=0)
-    saves = [e for e in job["events"] if e["event"] in ("saved", "restored") and e["rank"] == 0]
+    saves = [e for e in job["events"]
+             if e["event"] in ("saved", "restored", "saved_async") and e["rank"] == 0]
     out = {"rc": job["rc"], "saves": saves, "rows": args.table_rows, "dim": args.table_dim,
            "load": [job["load_before"], job["load_after"]]}
     if job["rc"] != 0:
@@ -303,6 +304,13 @@ def markdown(report: dict) -> str:
             rows.append([label, f"{saves[0]['bytes'] / 2**20:.1f} MiB",
                          " / ".join(f"{s['seconds']:.2f}" for s in saves) + " s",
                          f"{restored[0]['seconds']:.2f} s" if restored else "-"])
+        asynchronous = [s for s in cost["saves"] if s["event"] == "saved_async"]
+        if asynchronous:
+            rows.append(["the seeds' model, `AsyncStepCheckpoint`: the step waits (until committed)",
+                         f"{asynchronous[0]['bytes'] / 2**20:.1f} MiB",
+                         " / ".join(f"{s['seconds']:.3f} ({s['committed']:.2f})" for s in asynchronous)
+                         + " s",
+                         "-"])
         lines += ["### Checkpoint cost (step-level save, 2 workers, tfx_dist.HybridStrategy)", "",
                   f"StepCheckpoint's own save called on both workers (every worker's part, fsync, SHA-256 "
                   f"manifest, rename, LATEST.json); load {cost['load'][0]}/{cost['load'][1]}.", "",
@@ -328,7 +336,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=400)
     parser.add_argument("--out")
+    parser.add_argument("--render", metavar="JSON", help="rewrite the markdown of an earlier run's JSON")
     args = parser.parse_args()
+    if args.render:
+        import common
+
+        with open(args.render) as f:
+            report = json.load(f)
+        common.write_outputs("fault_tolerance", report, markdown(report), args.render)
+        return
     if args.quick:
         args.goodput_steps, args.kill_every, args.table_rows = 600, 40.0, 1_000_000
     import common
