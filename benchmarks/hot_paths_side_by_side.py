@@ -3,7 +3,7 @@
     python3 benchmarks/hot_paths_side_by_side.py --before /work/wt/ft-measure-old --after . --rounds 2
 
 Each round runs one 2-worker job (``python -m tfx_dist.run -n 2``, one
-TensorFlow thread per worker) from each checkout, before then after, with
+TensorFlow thread per worker) from each checkout (before first in odd rounds, after first in even ones), with
 that checkout's ``tfx_dist`` and op libraries (``PYTHONPATH``); the worker is
 this file. Rank 0 reports:
 
@@ -157,8 +157,9 @@ def markdown(rounds: list[dict], before: str, after: str, when: str) -> str:
 
     header = ["path"]
     for k, r in enumerate(rounds):
+        first = r.get("order", ["before"])[0]
         header += [f"round {k + 1} before (load {r['before'].get('load', ['?'])[0]})",
-                   f"after (load {r['after'].get('load', ['?'])[0]})", "after / before"]
+                   f"after (load {r['after'].get('load', ['?'])[0]})", f"after / before ({first} first)"]
     body = []
     for key, label, scale, unit in LABELS:
         row = [label]
@@ -178,7 +179,8 @@ def markdown(rounds: list[dict], before: str, after: str, when: str) -> str:
     return "\n".join([
         "## Hot paths of the fault-tolerance change, before and after (2 workers, loopback)", "",
         f"Before: `{before}`; after: `{after}`. One 2-worker job per checkout per round (one TensorFlow "
-        "thread per worker), before then after; medians inside each job. **Taken under load** (the "
+        "thread per worker), in the order the ratio's header says; medians inside each job. "
+        "**Taken under load** (the "
         "load average before each job is in the header): compare the ratios, not the absolute "
         "figures. A StepCheckpoint row has no before (the callback did not exist): its ratio is "
         "against the same job's fit without a callback.", "",
@@ -209,8 +211,11 @@ def main() -> None:
     rounds = []
     with tempfile.TemporaryDirectory() as bench_dir:
         for k in range(args.rounds):
-            before_job = run_job(before, args, bench_dir)
-            rounds.append({"before": before_job, "after": run_job(after, args, bench_dir)})
+            # Odd rounds run after first: a load that rises or falls during a round favours neither.
+            order = ("before", "after") if k % 2 == 0 else ("after", "before")
+            checkout = {"before": before, "after": after}
+            jobs = {label: run_job(checkout[label], args, bench_dir) for label in order}
+            rounds.append(dict(jobs, order=list(order)))
             print(json.dumps(rounds[-1]), flush=True)
     md = markdown(rounds, args.before, args.after, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     with open(args.out, "w") as f:
