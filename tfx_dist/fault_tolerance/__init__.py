@@ -25,6 +25,7 @@ import importlib
 PREEMPTED_EXIT_CODE = 75
 
 _EXPORTS = {
+    "AsyncStepCheckpoint": "tfx_dist.fault_tolerance.async_save",
     "CheckpointDir": "tfx_dist.fault_tolerance.checkpoint_dir",
     "CheckpointMismatchError": "tfx_dist.fault_tolerance.dense_state",
     "PreemptionCheckpointHandler": "tfx_dist.fault_tolerance.custom_loop",
