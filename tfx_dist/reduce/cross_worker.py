@@ -81,10 +81,11 @@ class CommTransport:
 
     @classmethod
     def connect(cls, rank: int, size: int, addresses, timeout_s: float | None = None):
-        """Builds the communicator of this worker (blocks until every worker joined)."""
-        from tfx_dist.comm import Communicator
+        """Builds the communicator of this worker (blocks until every worker joined); it is the
+        process's communicator, the one an elastic reset replaces (`tfx_dist.elastic.membership`)."""
+        from tfx_dist.elastic import membership
 
-        return cls(Communicator(rank, size, list(addresses), timeout_s=timeout_s))
+        return cls(membership.connect(rank, size, list(addresses), timeout_s=timeout_s))
 
     def all_reduce(self, tensors, reduction="sum", name=None, mean_divisor=0):
         return self._ops.all_reduce(list(tensors), self.communicator, reduction=reduction,
