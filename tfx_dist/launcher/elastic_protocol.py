@@ -37,29 +37,28 @@ def _mac(secret: bytes, *parts: bytes) -> bytes:
     return hmac.new(secret, b"".join(parts), hashlib.sha256).digest()
 
 
-def _recv(sock: socket.socket, n: int, deadline: float, what: str) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise ProtocolError(f"timed out waiting for {what}")
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(n - len(buf))
-        except socket.timeout:
-            raise ProtocolError(f"timed out waiting for {what}") from None
-        if not chunk:
-            raise ProtocolError(f"connection closed while waiting for {what}")
-        buf += chunk
-    return bytes(buf)
-
-
 def _recv_message(sock: socket.socket, deadline: float, what: str) -> tuple[bytes, bytes]:
-    (length,) = _LENGTH.unpack(_recv(sock, _LENGTH.size, deadline, what))
-    if length > MAX_MESSAGE:
-        raise ProtocolError(f"{what} of {length} bytes is over the {MAX_MESSAGE}-byte limit")
-    body = _recv(sock, length, deadline, what)
-    return body, _recv(sock, _MAC, deadline, what)
+    """Reads length, body and MAC; each read is bounded by what is left until ``deadline``."""
+    reader = sock.makefile("rb")
+    parts = []
+    for size in (_LENGTH.size, None, _MAC):
+        if size is None:
+            (size,) = _LENGTH.unpack(parts.pop())
+            if size > MAX_MESSAGE:
+                raise ProtocolError(f"{what} of {size} bytes is over the {MAX_MESSAGE}-byte limit")
+        parts.append(_read(sock, reader, size, deadline, what))
+    return parts[0], parts[1]
+
+
+def _read(sock: socket.socket, reader, size: int, deadline: float, what: str) -> bytes:
+    sock.settimeout(max(0.001, deadline - time.monotonic()))
+    try:
+        data = reader.read(size)
+    except (socket.timeout, TimeoutError):
+        raise ProtocolError(f"timed out waiting for {what}") from None
+    if len(data) < size:
+        raise ProtocolError(f"connection closed while waiting for {what}")
+    return data
 
 
 def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
@@ -81,7 +80,7 @@ def ask(address: str, secret: bytes, request: dict, timeout_s: float) -> dict:
     except OSError as e:
         raise ProtocolError(f"cannot reach the elastic driver at {address}: {e}") from None
     with sock:
-        nonce = _recv(sock, _NONCE, deadline, "the elastic driver's greeting")
+        nonce = _read(sock, sock.makefile("rb"), _NONCE, deadline, "the elastic driver's greeting")
         body = json.dumps(request, separators=(",", ":")).encode()
         _send(sock, _LENGTH.pack(len(body)) + body + _mac(secret, b"request", nonce, body), deadline)
         answer, mac = _recv_message(sock, deadline, "the elastic driver's answer")
