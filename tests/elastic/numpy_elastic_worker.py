@@ -50,12 +50,7 @@ def main():
                   f"{step}", flush=True)
             time.sleep(STEP_S)
         except errors.PeerLostError as e:
-            while True:
-                try:
-                    generation = membership.reset()
-                    break
-                except errors.PeerLostError:
-                    continue
+            generation = membership.reset(attempts=5)
             step = sync_state(committed, generation)
             resets.append([generation.number, generation.rank, generation.size, list(generation.joined),
                            type(e).__name__])
