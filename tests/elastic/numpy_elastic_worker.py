@@ -32,6 +32,8 @@ def sync_state(step, generation):
 
 
 def main():
+    if NAME in os.environ.get("ELASTIC_FAIL_AT_START", "").split(","):
+        sys.exit(f"worker {NAME} fails at its start on purpose")
     membership.connect(0, 1, ["unused:0"], timeout_s=60)
     generation = membership.generation()
     committed = sync_state(0, generation)

@@ -3,6 +3,8 @@
 launcher starts a replacement that joins with the state, and the job exits 0."""
 
 import os
+import subprocess
+import sys
 
 import elastic_job
 
@@ -27,3 +29,18 @@ def test_a_killed_worker_is_replaced_and_the_survivors_keep_their_processes():
     assert ("w3", done["w3"]["pid"], 2, 2, 3) in steps      # the replacement, in generation 2
     assert all(d["wrong"] == 0 and d["step"] == 120 for d in done.values())  # every sum was right
     assert "worker w1 was killed by SIGKILL" in output and "started worker w3" in output
+
+
+def test_below_min_workers_the_job_stops_with_every_lost_workers_error():
+    failing = ",".join(f"w{i}" for i in range(1, 20))  # every worker but the first fails at once
+    env = dict(os.environ, PYTHONPATH=elastic_job.ROOT, ELASTIC_FAIL_AT_START=failing)
+    proc = subprocess.run([sys.executable, "-m", "tfx_dist.run", "--elastic", "--min-workers", "2",
+                           "--max-workers", "2", sys.executable,
+                           os.path.join(HERE, "numpy_elastic_worker.py")],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=elastic_job.ROOT)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "below --min-workers 2" in proc.stderr
+    for i in range(1, 7):  # 3 replacements per slot, then the stop; each lost worker's error repeated
+        assert f"worker w{i} failed with exit code 1; its last" in proc.stderr
+        assert f"worker w{i} fails at its start on purpose" in proc.stderr
+    assert "the driver stopped this worker" in proc.stderr  # w0, waiting for its first generation
