@@ -44,3 +44,19 @@ def test_below_min_workers_the_job_stops_with_every_lost_workers_error():
         assert f"worker w{i} failed with exit code 1; its last" in proc.stderr
         assert f"worker w{i} fails at its start on purpose" in proc.stderr
     assert "the driver stopped this worker" in proc.stderr  # w0, waiting for its first generation
+
+
+def test_host_discovery_sets_the_number_of_workers(tmp_path):
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\necho other-host:4\n")
+    script.chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=elastic_job.ROOT, ELASTIC_STEPS="5")
+    proc = subprocess.run([sys.executable, "-m", "tfx_dist.run", "--elastic", "--min-workers", "1",
+                           "--max-workers", "3", "--host-discovery-script", str(script), sys.executable,
+                           os.path.join(HERE, "numpy_elastic_worker.py")],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=elastic_job.ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "host discovery offers other-host, not this host: left out" in proc.stderr
+    done = sorted(line.split()[2] for line in proc.stdout.splitlines() if " DONE " in line)
+    assert done == ["w0", "w1"]
+    assert all(line.split()[6] == "2" for line in proc.stdout.splitlines() if " STEP " in line)
