@@ -4,8 +4,8 @@ beside a cold start (the launcher's start to the first completed step of a fresh
 Runs tests/elastic/tf_elastic_worker.py (a custom loop on tfx_dist.MultiWorkerMirroredStrategy)
 under `tfx-dist-run --elastic --min-workers 2 --max-workers 3`, kills worker w1 at step 10, and
 reads the STEP lines the workers print. The survivors' next step includes their reset (a new
-generation's rendezvous) and the one retrace of the step function. Prints one JSON line per trial
-and the machine's load average.
+generation's rendezvous, timed alone as reset_s) and the one retrace of the step function.
+Prints one JSON line per trial and the machine's load average.
 
     python benchmarks/elastic_recovery.py --trials 3
 """
@@ -57,8 +57,11 @@ def main():
             os.path.join(ROOT, "tests", "elastic", "tf_elastic_worker.py"), timeout=600,
             env={"ELASTIC_STEPS": "30"})
         errors = {name: d["error"] for name, d in done.items()}
+        # The survivors' first reset (the one after the kill): close, the driver's answer, the rendezvous.
+        resets = {name: round(d["resets"][0][6], 3) for name, d in done.items() if d["resets"]}
         print(json.dumps({"trial": trial, "exit": code, "kill_to_next_step_s": recovery,
-                          "cold_start_to_first_step_s": cold_start_s(), "final_weight_error": errors,
+                          "cold_start_to_first_step_s": cold_start_s(), "reset_s": resets,
+                          "final_weight_error": errors,
                           "load_average": os.getloadavg()}), flush=True)
         if code != 0:
             print(output[-3000:], file=sys.stderr)

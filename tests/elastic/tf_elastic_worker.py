@@ -106,12 +106,14 @@ def main():
         except Exception as e:  # noqa: BLE001 - only a lost peer is handled
             if not membership.is_peer_lost(e):
                 raise
+            reset_started = time.monotonic()
             generation = membership.reset(attempts=5)
+            reset_s = time.monotonic() - reset_started
             assert strategy.num_replicas_in_sync == generation.size
             committed, step = sync(committed, generation, w)
             step_fn = None  # traced again: the new communicator, the new MEAN divisor
             resets.append([generation.number, generation.rank, generation.size, list(generation.joined),
-                           type(e).__name__, step])
+                           type(e).__name__, step, reset_s])
     membership.communicator().allreduce_numpy([np.zeros(1)], name="end")
     error = float(np.max(np.abs(w.numpy() - reference(step))))
     print(f"DONE {NAME} {os.getpid()} " + json.dumps(
