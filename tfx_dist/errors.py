@@ -184,3 +184,12 @@ def _reduce(error: TfxError):
 
 def _family_error(base: type[TfxError], code: int, message: str) -> TfxError:
     return _FAMILIES[base].error(code, message)
+
+
+class PeerLostError(UnavailableError):
+    """Elastic jobs: a collective or a step failed because a peer was lost (it died, or fell
+    silent past ``TFX_TIMEOUT_S``) or the job's membership changed. Never a partial result:
+    the collective in flight fails on every survivor. The elastic layer catches it, calls
+    ``tfx_dist.elastic.membership.reset()`` and restores the last commit. A collective raises
+    it as a ``tfx_dist.comm.CollectivePeerLostError`` (also a ``PeerConnectionError``, the
+    error a lost peer raised before)."""

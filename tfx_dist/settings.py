@@ -246,6 +246,14 @@ SETTINGS = {
         Setting("TFX_CHUNK_BYTES", 128 << 10, _Number(int, 1, 1 << 40),
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),
+        # Elastic jobs (tfx_dist.elastic, tfx-dist-run --elastic).
+        Setting("TFX_ELASTIC_DRIVER", "", _Text(),
+                "Set by `tfx-dist-run --elastic` in each worker: `host:port` of the elastic driver "
+                "that says each generation's members (empty: no driver; `membership.reset()` then "
+                "rebuilds the communicator with the same members)."),
+        Setting("TFX_ELASTIC_WORKER", "", _Text(),
+                "Set by `tfx-dist-run --elastic` in each worker: the name the elastic driver knows "
+                "this worker process by."),
     )
 }
 

@@ -17,10 +17,10 @@ class of its code.
 """
 
 from tfx_dist.comm.collective_errors import (CollectiveArgumentError, CollectiveError,
-                                             CollectiveMismatchError, CollectiveTimeoutError,
-                                             PeerConnectionError)
+                                             CollectiveMismatchError, CollectivePeerLostError,
+                                             CollectiveTimeoutError, PeerConnectionError)
 from tfx_dist.comm.communicator import Communicator
 from tfx_dist.comm.rendezvous import RendezvousError
 
 __all__ = ["Communicator", "CollectiveError", "CollectiveArgumentError", "CollectiveTimeoutError",
-           "CollectiveMismatchError", "PeerConnectionError", "RendezvousError"]
+           "CollectiveMismatchError", "CollectivePeerLostError", "PeerConnectionError", "RendezvousError"]

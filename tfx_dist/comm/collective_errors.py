@@ -23,6 +23,12 @@ class PeerConnectionError(CollectiveError, errors.UnavailableError):
     """A peer was lost: it closed its connection or died."""
 
 
+class CollectivePeerLostError(PeerConnectionError, errors.PeerLostError):
+    """Elastic jobs: a peer was lost or the membership changed (``tfx_dist.errors.PeerLostError``);
+    raised by a communicator made with ``elastic=True`` for what would be a lost peer, a
+    timeout or a broken communicator."""
+
+
 class CollectiveMismatchError(CollectiveError, errors.MismatchError):
     """The ranks disagree on what to reduce (names, shapes, dtypes, ...)."""
 

@@ -13,10 +13,15 @@ import numpy as np
 
 from tfx_dist import errors, settings
 from tfx_dist.comm import _native, early_failure, entries, interrupts, naming
-from tfx_dist.comm.collective_errors import COLLECTIVE_ERRORS
+from tfx_dist.comm.collective_errors import COLLECTIVE_ERRORS, CollectiveError, CollectivePeerLostError
 from tfx_dist.cluster.shm_segments import sweep_dead_segments
 from tfx_dist.comm import timeline as _timeline
-from tfx_dist.comm.rendezvous import RendezvousError, connect_all
+from tfx_dist.comm.rendezvous import RendezvousError, connect_all, generation_secret
+
+# A collective of an elastic job that fails with one of these lost a peer (it
+# died, fell silent past the timeout, or its failure broke the communicator);
+# a mismatch or a bad argument is the program's error and stays one.
+_PEER_LOST_CODES = (errors.UNAVAILABLE, errors.DEADLINE_EXCEEDED, errors.ABORTED, errors.DATA_LOSS)
 
 _NO_SECRET = (
     "tfx_dist: a multi-process communicator needs a job secret to authenticate its connections, "
@@ -55,6 +60,13 @@ class Communicator:
         to ``TFX_TIMELINE``; empty: none. See :meth:`start_timeline`.
       timeline_mark_cycles: also mark negotiation cycles in the timeline;
         defaults to ``TFX_TIMELINE_MARK_CYCLES``.
+      generation: the membership generation of an elastic job (0: the first;
+        see `tfx_dist.elastic.membership`). Every connection proves a key
+        derived from the job secret and this number, so a process of another
+        generation cannot join this one.
+      elastic: a collective that fails because a peer was lost, fell silent
+        past the timeout or left raises ``tfx_dist.errors.PeerLostError``
+        (the elastic layer resets and goes on) instead of the plain error.
 
     Raises:
       ValueError: bad arguments, or no secret with ``size > 1``.
@@ -65,16 +77,24 @@ class Communicator:
     def __init__(self, rank: int, size: int, addresses: list[str], secret: bytes | str | None = None,
                  timeout_s: float | None = None, fusion_bucket_bytes=None, cycle_time_ms=None,
                  compression=None, shm: bool | None = None, hierarchical: str | None = None,
-                 timeline: str | None = None, timeline_mark_cycles: bool | None = None):
+                 timeline: str | None = None, timeline_mark_cycles: bool | None = None,
+                 generation: int = 0, elastic: bool = False):
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"Expected 0 <= rank < size. Received: rank={rank}, size={size}")
         if len(addresses) != size:
             raise ValueError(f"Expected one address per rank ({size}). Received: {addresses!r}")
         self.rank, self.size = int(rank), int(size)
         self.addresses = list(addresses)
+        self.generation, self.elastic = int(generation), bool(elastic)
+        if secret is None:
+            secret = settings.get("TFX_JOB_SECRET") or None
+        if isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        if secret and self.generation:
+            secret = generation_secret(secret, self.generation)
         # Until the rendezvous below finishes, an exception that ends this
         # process (a bad setting on this rank, Ctrl-C) tells rank 0 at once.
-        early_failure.arm(self.rank, self.size, self.addresses, secret or settings.get("TFX_JOB_SECRET"))
+        early_failure.arm(self.rank, self.size, self.addresses, secret)
         self.timeout_s = float(settings.get("TFX_TIMEOUT_S", timeout_s))
         self.compression = str(settings.get("TFX_COMPRESSION", compression))
         if self.compression not in _native.COMPRESSIONS:
@@ -84,10 +104,6 @@ class Communicator:
         if self.hierarchical not in _native.HIERARCHICAL:
             raise ValueError(f"Expected hierarchical to be one of {sorted(_native.HIERARCHICAL)}. "
                              f"Received: hierarchical={self.hierarchical!r}")
-        if secret is None:
-            secret = settings.get("TFX_JOB_SECRET") or None
-        if isinstance(secret, str):
-            secret = secret.encode("utf-8")
         if size > 1 and not secret:
             raise ValueError(_NO_SECRET)
         timeline_setting = str(settings.get("TFX_TIMELINE", timeline))
@@ -182,12 +198,22 @@ class Communicator:
         and the negotiation) and seconds running it (``running_s``); all-reduce
         buckets run hierarchically (``hierarchical_buckets``); and how many
         collective names the runtime holds state for now (``names_held``: 0
-        once every collective completed, whatever the names were)."""
-        out = (ctypes.c_int64 * 8)()
-        _native.lib().tfx_comm_stats(self.handle, out, 8)
+        once every collective completed, whatever the names were); and the
+        code that broke the communicator (``broken_code``, see :meth:`broken_code`)."""
+        out = (ctypes.c_int64 * 9)()
+        _native.lib().tfx_comm_stats(self.handle, out, 9)
         return {"collectives": out[0], "allreduce_buckets": out[1], "allreduce_tensors": out[2],
                 "allreduce_bytes": out[3], "waiting_s": out[4] / 1e9, "running_s": out[5] / 1e9,
-                "hierarchical_buckets": out[6], "names_held": out[7]}
+                "hierarchical_buckets": out[6], "names_held": out[7], "broken_code": out[8]}
+
+    def broken_code(self) -> int:
+        """0 while this communicator works; else the canonical code of the failure that broke it for
+        good (a lost peer, a timeout, a closed connection; ``errors.ABORTED`` once closed here).
+        A failed collective's exception, as TensorFlow re-raises it, may carry another code:
+        this says what happened to the communicator itself."""
+        if self._closed:
+            return errors.ABORTED
+        return int(self.stats()["broken_code"])
 
     def _run(self, batch: list) -> tuple[int, int]:
         """Runs the collective of ``batch`` (entries); returns what the runtime allocated, and its dim 0."""
@@ -205,6 +231,10 @@ class Communicator:
                 _native.lib().tfx_comm_free(gathered)
             if isinstance(e, KeyboardInterrupt):  # Ctrl-C while waiting (interrupts.py)
                 interrupts.take_message()  # raised here: Python's handler need not run
+            if self.elastic and isinstance(e, CollectiveError) and e.code in _PEER_LOST_CODES:
+                raise CollectivePeerLostError(
+                    f"tfx_dist rank {self.rank} (generation {self.generation}): a peer was lost or "
+                    f"the membership changed; the elastic layer resets. Cause: {e}") from e
             raise
         return gathered.value, dim0.value
 

@@ -60,7 +60,8 @@ def init(comm=None, process_sets=None):
         if _state is not None:
             return
         from tfx_dist import cluster
-        from tfx_dist.comm import Communicator
+        from tfx_dist.elastic import membership
+        from tfx_dist.elastic.generation import member_info
         from tfx_dist.input import iterator_reaper
 
         info = cluster.resolve()
@@ -75,12 +76,27 @@ def init(comm=None, process_sets=None):
                 "`tfx-dist-run -n N`, `horovodrun --gloo`, or mpirun with mpi4py installed, "
                 "or set TF_CONFIG.")
         addresses = list(info.worker_addresses or ["127.0.0.1:0"])
-        communicator = Communicator(info.rank, size, addresses, **_env.communicator_options())
+        communicator = membership.connect(info.rank, size, addresses, **_env.communicator_options())
+        if membership.elastic():  # the driver says the rank and size; each reset says them again
+            info = member_info(info, membership.generation(), communicator.addresses)
+            membership.on_reset(_follow_reset)
         _state = _State(info, communicator, *_host_index(info))
         _env.report_ignored(info.rank)
         # Keras (and a custom loop) drops its input iterator every epoch; destroying
         # one can stall this rank, and so every rank, for up to a second (docs/horovod.md).
         iterator_reaper.reap_dataset_iterators_in_background()
+
+
+def _follow_reset(generation, communicator):
+    """An elastic reset (`tfx_dist.elastic.membership`): rank, size and every collective follow
+    the new generation's communicator."""
+    from tfx_dist.elastic.generation import member_info
+
+    global _state
+    with _lock:
+        if _state is not None:
+            info = member_info(_state.info, generation, communicator.addresses)
+            _state = _State(info, communicator, *_host_index(info))
 
 
 def shutdown():

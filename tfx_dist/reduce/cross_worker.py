@@ -81,10 +81,11 @@ class CommTransport:
 
     @classmethod
     def connect(cls, rank: int, size: int, addresses, timeout_s: float | None = None):
-        """Builds the communicator of this worker (blocks until every worker joined)."""
-        from tfx_dist.comm import Communicator
+        """Builds the communicator of this worker (blocks until every worker joined); it is the
+        process's communicator, the one an elastic reset replaces (`tfx_dist.elastic.membership`)."""
+        from tfx_dist.elastic import membership
 
-        return cls(Communicator(rank, size, list(addresses), timeout_s=timeout_s))
+        return cls(membership.connect(rank, size, list(addresses), timeout_s=timeout_s))
 
     def all_reduce(self, tensors, reduction="sum", name=None, mean_divisor=0):
         return self._ops.all_reduce(list(tensors), self.communicator, reduction=reduction,
@@ -95,6 +96,10 @@ class CommTransport:
 
     def broadcast(self, tensors, root=0, name=None):
         return self._ops.broadcast(list(tensors), self.communicator, root=root, name=name)
+
+    def join(self, name="join"):
+        """Horovod's join on the communicator of now (an elastic reset replaces it)."""
+        return self.communicator.join(name=name)
 
     def close(self):
         self.communicator.close()
@@ -164,6 +169,10 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
         self._local_ops = FusedAllReduce()
         self._sequencer = _Sequencer(
             chain=not getattr(transport, "orders_collectives", False))
+
+    def restart_naming(self) -> None:
+        """Names collectives from the first graph again (after an elastic reset: as a new process does)."""
+        self._sequencer = _Sequencer(chain=not getattr(self.transport, "orders_collectives", False))
 
     @property
     def _num_between_graph_workers(self):

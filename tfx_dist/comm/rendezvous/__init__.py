@@ -17,7 +17,8 @@ One module per concern:
   PROBE that checks a rank's secret at its own address).
 - ``bind``: listening on this rank's cluster address only.
 - ``wire``: the handshake's messages (their layout is described there).
-- ``auth``: the HMAC proofs of the secret and the wire keys (HKDF).
+- ``auth``: the HMAC proofs of the secret, the wire keys (HKDF), an elastic
+  generation's key.
 - ``shm_probe``: whether two ends share ``/dev/shm`` (same host).
 - ``exceptions``: :class:`RendezvousError` and :class:`UnauthenticatedRendezvousError`.
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 # The module, for the tests that patch ``rendezvous.socket.create_connection``.
 import socket  # noqa: F401
 
-from tfx_dist.comm.rendezvous.auth import wire_keys
+from tfx_dist.comm.rendezvous.auth import generation_secret, wire_keys
 from tfx_dist.comm.rendezvous.connect import Connections, connect_all, connect_service, tell_rank_0
 from tfx_dist.comm.rendezvous.exceptions import RendezvousError, UnauthenticatedRendezvousError
 from tfx_dist.comm.rendezvous.wire import ABORT, CONTROL, DATA, MAGIC, SERVICE, VERSION, cluster_digest
@@ -39,4 +40,5 @@ from tfx_dist.comm.rendezvous.wire import _HELLO, _MAC, _WELCOME, _extra  # noqa
 
 __all__ = ["ABORT", "CONTROL", "DATA", "MAGIC", "SERVICE", "VERSION", "Connections", "RendezvousError",
            "UnauthenticatedRendezvousError", "cluster_digest", "connect_all", "connect_service",
+           "generation_secret",
            "tell_rank_0", "wire_keys"]

@@ -51,3 +51,13 @@ def wire_keys(secret: bytes, nonce_c: bytes, nonce_s: bytes, transcript: bytes) 
         return hmac.new(prk, b"tfx_dist wire v1 " + label + transcript + b"\x01", hashlib.sha256).digest()
 
     return expand(b"client->server"), expand(b"server->client")
+
+
+def generation_secret(secret: bytes, generation: int) -> bytes:
+    """The key the connections of an elastic job's ``generation`` (> 0) prove instead of the secret.
+
+    Every HMAC of the handshake is then bound to the generation: a process
+    still at another generation fails authentication with this one's ranks
+    (refused like any peer without the key) and cannot join or confuse it.
+    """
+    return hmac.new(secret, b"tfx_dist membership generation %d" % int(generation), hashlib.sha256).digest()
