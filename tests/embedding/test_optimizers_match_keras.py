@@ -36,8 +36,10 @@ def _keras_slots(opt) -> list:
         return list(opt.momentums)
     if name == "Adagrad":
         return list(opt._accumulators)
-    if name == "Adam":
+    if name in ("Adam", "AdamW"):
         return list(opt._momentums) + list(opt._velocities) + list(getattr(opt, "_velocity_hats", []) or [])
+    if name == "RMSprop":
+        return list(opt._velocities) + list(opt._momentums) + list(opt._average_gradients)
     if name == "Ftrl":
         return list(opt._accumulators) + list(opt._linears)
     raise AssertionError(name)
@@ -79,6 +81,16 @@ CASES = {
     "ftrl": lambda: keras.optimizers.Ftrl(l1_regularization_strength=0.01, l2_regularization_strength=0.02,
                                           l2_shrinkage_regularization_strength=0.03, beta=0.1),
     "ftrl_power": lambda: keras.optimizers.Ftrl(learning_rate_power=-0.7, l1_regularization_strength=0.2),
+    "rmsprop": lambda: keras.optimizers.RMSprop(rho=0.8),
+    "rmsprop_momentum": lambda: keras.optimizers.RMSprop(momentum=0.5, epsilon=1e-6),
+    "rmsprop_centered": lambda: keras.optimizers.RMSprop(centered=True),
+    "rmsprop_momentum_centered": lambda: keras.optimizers.RMSprop(rho=0.7, momentum=0.9, centered=True),
+    # Keras's decoupled weight decay: AdamW (Adam with it) and the argument of every optimizer.
+    "adamw": lambda: keras.optimizers.AdamW(weight_decay=0.5),
+    "sgd_momentum_weight_decay": lambda: keras.optimizers.SGD(momentum=0.9, weight_decay=0.3),
+    "adagrad_weight_decay": lambda: keras.optimizers.Adagrad(weight_decay=0.2),
+    "ftrl_weight_decay": lambda: keras.optimizers.Ftrl(l1_regularization_strength=0.01, weight_decay=0.2),
+    "rmsprop_weight_decay": lambda: keras.optimizers.RMSprop(momentum=0.5, centered=True, weight_decay=0.4),
 }
 
 
@@ -92,14 +104,27 @@ def test_matches_keras(case):
     assert np.abs(records[:, 0, :] - initial).max() > 1e-3, "nothing trained"
 
 
-@pytest.mark.parametrize("case", ["sgd_momentum", "adagrad", "adam", "ftrl"])
+@pytest.mark.parametrize("case", ["sgd_momentum", "adagrad", "adam", "ftrl", "rmsprop_momentum_centered",
+                                  "adamw"])
 def test_learning_rate_changing_per_step(case):
     records, expected, _ = _train_both(CASES[case](), [0.1, 0.05, 0.02, 0.08, 0.01, 0.03], seed=1)
     for k, want in enumerate(expected):
         _assert_close(records[:, k, :], want, f"{case}: slot {k}")
 
 
-@pytest.mark.parametrize("optimizer, refused", [(keras.optimizers.AdamW(), "optimizer=AdamW"),
+def test_weight_decay_decays_the_rows_an_apply_names_only():
+    """The documented difference from a dense Keras variable: Keras decays every row each step;
+    the store, like TensorFlow's sparse applies, the rows a step's gradient names."""
+    shard = store.TableShard(DIM, ROWS, optimizer=store.optimizer_from_keras(
+        keras.optimizers.AdamW(weight_decay=0.5)))
+    before = shard.lookup(np.arange(ROWS))
+    shard.apply_gradients(np.array([3]), np.zeros((1, DIM), np.float32), learning_rate=0.1)
+    after = shard.lookup(np.arange(ROWS))
+    np.testing.assert_array_equal(np.delete(after, 3, 0), np.delete(before, 3, 0))
+    np.testing.assert_allclose(after[3], before[3] * (1 - 0.5 * 0.1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer, refused", [(keras.optimizers.Lion(), "optimizer=Lion"),
                                                 (keras.optimizers.SGD(use_ema=True), "use_ema")])
 def test_an_optimizer_the_store_lacks_is_refused_naming_what_it_trains(optimizer, refused):
     with pytest.raises(ValueError, match="^ShardedEmbedding 'items' on parameter servers: Embedding ") as e:

@@ -75,21 +75,27 @@ _INITIALIZER_NAMES = {"zeros": Zeros, "ones": lambda: Constant(1.0), "uniform": 
 
 
 # Optimizers: Keras 3's constructor arguments (learning rate excepted: it comes
-# with every apply) and defaults.
+# with every apply) and defaults. ``weight_decay`` is Keras's decoupled decay
+# (AdamW is Adam with it), applied to the rows an apply names (see README).
 @dataclasses.dataclass(frozen=True)
-class SGD:
+class _Rule:
+    weight_decay: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SGD(_Rule):
     momentum: float = 0.0
     nesterov: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
-class Adagrad:
+class Adagrad(_Rule):
     initial_accumulator_value: float = 0.1
     epsilon: float = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)
-class Adam:
+class Adam(_Rule):
     beta_1: float = 0.9
     beta_2: float = 0.999
     epsilon: float = 1e-7
@@ -97,7 +103,7 @@ class Adam:
 
 
 @dataclasses.dataclass(frozen=True)
-class Ftrl:
+class Ftrl(_Rule):
     learning_rate_power: float = -0.5
     initial_accumulator_value: float = 0.1
     l1_regularization_strength: float = 0.0
@@ -106,35 +112,46 @@ class Ftrl:
     beta: float = 0.0
 
 
-Optimizer = Union[SGD, Adagrad, Adam, Ftrl]
-_OPTIMIZER_CODES = {SGD: "sgd", Adagrad: "adagrad", Adam: "adam", Ftrl: "ftrl"}
+@dataclasses.dataclass(frozen=True)
+class RMSprop(_Rule):
+    rho: float = 0.9
+    momentum: float = 0.0
+    epsilon: float = 1e-7
+    centered: bool = False
+
+
+Optimizer = Union[SGD, Adagrad, Adam, Ftrl, RMSprop]
+_OPTIMIZER_CODES = {SGD: "sgd", Adagrad: "adagrad", Adam: "adam", Ftrl: "ftrl", RMSprop: "rmsprop"}
+# Keras's classes with a native rule (AdamW: Adam with weight decay, its own default 0.004).
+NATIVE_RULES = {"SGD": SGD, "Adagrad": Adagrad, "Adam": Adam, "AdamW": Adam, "Ftrl": Ftrl,
+                "RMSprop": RMSprop}
 
 
 # Keras optimizer features applied outside the update rule, which the store has not.
 _KERAS_EXTRAS = {
-    "weight_decay": "decoupled weight decay",
     "use_ema": "exponential moving averages of the weights",
     "gradient_accumulation_steps": "gradient accumulation",
 }
 
 
 def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
-    """The store's optimizer for a Keras SGD, Adagrad, Adam or Ftrl instance (same hyperparameters).
+    """The store's optimizer for a Keras SGD, Adagrad, Adam, AdamW, Ftrl or RMSprop instance
+    (same hyperparameters, ``weight_decay`` included).
 
     Clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) is Keras's to
     do before the gradient reaches the store, so it is allowed. ``trained``
     names what it trains in an error ("ShardedEmbedding 'items' on parameter servers").
 
     Raises:
-      ValueError: another optimizer class (subclasses such as AdamW included),
-        or one of the features the store does not have.
+      ValueError: another optimizer class (subclasses included: their rule
+        may differ), or one of the features the store does not have.
     """
     name = type(optimizer).__name__
-    cls = {"SGD": SGD, "Adagrad": Adagrad, "Adam": Adam, "Ftrl": Ftrl}.get(name)
+    cls = NATIVE_RULES.get(name)
     prefix = f"{trained}: " if trained else ""
     if cls is None:
-        raise ValueError(f"{prefix}Embedding tables are trained by the store's copies of Keras's SGD, "
-                         f"Adagrad, Adam and Ftrl. Received: optimizer={name}")
+        raise ValueError(f"{prefix}Embedding tables are trained by the store's copies of Keras's "
+                         f"{', '.join(NATIVE_RULES)} (weight decay included). Received: optimizer={name}")
     for attribute, what in _KERAS_EXTRAS.items():
         if getattr(optimizer, attribute, None):
             raise ValueError(f"{prefix}Embedding tables do not support {what} (`{attribute}=` of {name}): "
@@ -142,7 +159,9 @@ def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
                              f"{attribute}={getattr(optimizer, attribute)!r}")
     # Attributes, not get_config(): this runs while Keras traces a step, where
     # get_config() would read the learning-rate variable's value.
-    return cls(**{f.name: getattr(optimizer, f.name) for f in dataclasses.fields(cls)})
+    values = {f.name: getattr(optimizer, f.name) for f in dataclasses.fields(cls)}
+    values["weight_decay"] = float(values["weight_decay"] or 0.0)  # Keras's None: no decay
+    return cls(**values)
 
 
 def initializer_from_keras(initializer) -> Initializer:
@@ -190,7 +209,7 @@ def _initializer(init) -> Initializer:
 def optimizer_config(optimizer: Optimizer) -> _native.OptimizerConfig:
     """The C struct of a store optimizer (c_api.h's tfx_emb_optimizer)."""
     if type(optimizer) not in _OPTIMIZER_CODES:
-        raise TypeError(f"Expected a tfx_dist.embedding.store optimizer (SGD, Adagrad, Adam, Ftrl). "
+        raise TypeError(f"Expected a tfx_dist.embedding.store optimizer (SGD, Adagrad, Adam, Ftrl, RMSprop). "
                         f"Received: {optimizer!r}")
     # Fields of other optimizers stay 0: the C++ side reads only its kind's.
     opt = _native.OptimizerConfig(kind=_native.OPTIMIZERS[_OPTIMIZER_CODES[type(optimizer)]])
@@ -247,8 +266,9 @@ class TableShard:
         every initial value, whatever ``num_shards``.
       initializer: ``Uniform()`` (Keras Embedding's default), ``Normal``,
         ``TruncatedNormal``, ``Zeros``, ``Constant``, or one of their names.
-      optimizer: ``SGD``, ``Adagrad``, ``Adam`` or ``Ftrl`` (Keras 3's update
-        rules; slots are stored beside the rows).
+      optimizer: ``SGD``, ``Adagrad``, ``Adam``, ``Ftrl`` or ``RMSprop`` (Keras
+        3's update rules, each with Keras's ``weight_decay``; slots are stored
+        beside the rows).
 
     Raises:
       InvalidArgumentError: a bad configuration.
