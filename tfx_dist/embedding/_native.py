@@ -14,7 +14,7 @@ ABI_VERSION = 3
 ERR_LEN = native.ERR_LEN
 
 INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}
-OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3, "rmsprop": 4}
+OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3, "rmsprop": 4, "external": 5}
 
 _i64_p = ctypes.POINTER(ctypes.c_int64)
 _f32_p = ctypes.POINTER(ctypes.c_float)
@@ -59,7 +59,8 @@ class OptimizerConfig(ctypes.Structure):
                 ("l1_regularization_strength", ctypes.c_double),
                 ("l2_regularization_strength", ctypes.c_double),
                 ("l2_shrinkage_regularization_strength", ctypes.c_double), ("beta", ctypes.c_double),
-                ("rho", ctypes.c_double), ("weight_decay", ctypes.c_double)]
+                ("rho", ctypes.c_double), ("weight_decay", ctypes.c_double),
+                ("external_slots", ctypes.c_int32), ("reserved", ctypes.c_int32)]
 
 
 class TableConfig(ctypes.Structure):

@@ -74,94 +74,11 @@ _INITIALIZER_NAMES = {"zeros": Zeros, "ones": lambda: Constant(1.0), "uniform": 
                       "truncated_normal": TruncatedNormal}
 
 
-# Optimizers: Keras 3's constructor arguments (learning rate excepted: it comes
-# with every apply) and defaults. ``weight_decay`` is Keras's decoupled decay
-# (AdamW is Adam with it), applied to the rows an apply names (see README).
-@dataclasses.dataclass(frozen=True)
-class _Rule:
-    weight_decay: float = 0.0
+# The optimizer rules (tfx_dist.embedding.rules), importable from here as before.
+from tfx_dist.embedding.rules import (GENERAL_RULES, NATIVE_RULES, SGD, Adagrad, Adam,  # noqa: E402,F401
+                                      Ftrl, KerasRule, Optimizer, RMSprop, optimizer_from_keras)
 
-
-@dataclasses.dataclass(frozen=True)
-class SGD(_Rule):
-    momentum: float = 0.0
-    nesterov: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Adagrad(_Rule):
-    initial_accumulator_value: float = 0.1
-    epsilon: float = 1e-7
-
-
-@dataclasses.dataclass(frozen=True)
-class Adam(_Rule):
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-7
-    amsgrad: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Ftrl(_Rule):
-    learning_rate_power: float = -0.5
-    initial_accumulator_value: float = 0.1
-    l1_regularization_strength: float = 0.0
-    l2_regularization_strength: float = 0.0
-    l2_shrinkage_regularization_strength: float = 0.0
-    beta: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class RMSprop(_Rule):
-    rho: float = 0.9
-    momentum: float = 0.0
-    epsilon: float = 1e-7
-    centered: bool = False
-
-
-Optimizer = Union[SGD, Adagrad, Adam, Ftrl, RMSprop]
 _OPTIMIZER_CODES = {SGD: "sgd", Adagrad: "adagrad", Adam: "adam", Ftrl: "ftrl", RMSprop: "rmsprop"}
-# Keras's classes with a native rule (AdamW: Adam with weight decay, its own default 0.004).
-NATIVE_RULES = {"SGD": SGD, "Adagrad": Adagrad, "Adam": Adam, "AdamW": Adam, "Ftrl": Ftrl,
-                "RMSprop": RMSprop}
-
-
-# Keras optimizer features applied outside the update rule, which the store has not.
-_KERAS_EXTRAS = {
-    "use_ema": "exponential moving averages of the weights",
-    "gradient_accumulation_steps": "gradient accumulation",
-}
-
-
-def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
-    """The store's optimizer for a Keras SGD, Adagrad, Adam, AdamW, Ftrl or RMSprop instance
-    (same hyperparameters, ``weight_decay`` included).
-
-    Clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) is Keras's to
-    do before the gradient reaches the store, so it is allowed. ``trained``
-    names what it trains in an error ("ShardedEmbedding 'items' on parameter servers").
-
-    Raises:
-      ValueError: another optimizer class (subclasses included: their rule
-        may differ), or one of the features the store does not have.
-    """
-    name = type(optimizer).__name__
-    cls = NATIVE_RULES.get(name)
-    prefix = f"{trained}: " if trained else ""
-    if cls is None:
-        raise ValueError(f"{prefix}Embedding tables are trained by the store's copies of Keras's "
-                         f"{', '.join(NATIVE_RULES)} (weight decay included). Received: optimizer={name}")
-    for attribute, what in _KERAS_EXTRAS.items():
-        if getattr(optimizer, attribute, None):
-            raise ValueError(f"{prefix}Embedding tables do not support {what} (`{attribute}=` of {name}): "
-                             f"the store applies only the update rule. Received: "
-                             f"{attribute}={getattr(optimizer, attribute)!r}")
-    # Attributes, not get_config(): this runs while Keras traces a step, where
-    # get_config() would read the learning-rate variable's value.
-    values = {f.name: getattr(optimizer, f.name) for f in dataclasses.fields(cls)}
-    values["weight_decay"] = float(values["weight_decay"] or 0.0)  # Keras's None: no decay
-    return cls(**values)
 
 
 def initializer_from_keras(initializer) -> Initializer:
@@ -208,6 +125,8 @@ def _initializer(init) -> Initializer:
 
 def optimizer_config(optimizer: Optimizer) -> _native.OptimizerConfig:
     """The C struct of a store optimizer (c_api.h's tfx_emb_optimizer)."""
+    if isinstance(optimizer, KerasRule):  # slots only: the rule runs outside the store
+        return _native.OptimizerConfig(kind=_native.OPTIMIZERS["external"], external_slots=optimizer.slots)
     if type(optimizer) not in _OPTIMIZER_CODES:
         raise TypeError(f"Expected a tfx_dist.embedding.store optimizer (SGD, Adagrad, Adam, Ftrl, RMSprop). "
                         f"Received: {optimizer!r}")

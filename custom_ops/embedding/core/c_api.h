@@ -45,6 +45,8 @@ typedef struct {
   double beta;
   double rho;          /* RMSprop */
   double weight_decay; /* every kind, 0: none */
+  int32_t external_slots; /* external: the slots kept for a rule applied outside */
+  int32_t reserved;
 } tfx_emb_optimizer;
 
 typedef struct {

@@ -29,7 +29,9 @@
 
 namespace tfx::embedding {
 
-enum class OptimizerKind : int32_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kFtrl = 3, kRmsprop = 4 };
+enum class OptimizerKind : int32_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kFtrl = 3, kRmsprop = 4,
+                                      // slots kept here, the rule applied outside (optimizers.h)
+                                      kExternal = 5 };
 
 // Everything an element update reads besides the record and its gradient:
 // the table's hyperparameters rounded to float32 as Keras's ops round them,
@@ -163,6 +165,7 @@ TFX_EMB_HOST_DEVICE inline void ApplyElement(const ElementRule& r, int64_t j, fl
     case OptimizerKind::kAdam: return rules::Adam(r, j, g, record, dim);
     case OptimizerKind::kFtrl: return rules::Ftrl(r, j, g, record, dim);
     case OptimizerKind::kRmsprop: return rules::Rmsprop(r, j, g, record, dim);
+    case OptimizerKind::kExternal: return;  // never applied here (ValidateStep refuses)
   }
 }
 

@@ -49,11 +49,18 @@ Status ValidateOptimizer(const OptimizerConfig& c) {
         return InvalidArgument("RMSprop: want rho and momentum in [0, 1] and epsilon >= 0, got rho=" +
                                Num(c.rho) + " momentum=" + Num(c.momentum) + " epsilon=" + Num(c.epsilon));
       return Status::Ok();
+    case OptimizerKind::kExternal:
+      if (c.external_slots < 0 || c.external_slots > 6)
+        return InvalidArgument("an external rule keeps 0 to 6 slots, got " + std::to_string(c.external_slots));
+      return Status::Ok();
   }
   return InvalidArgument("unknown optimizer kind " + std::to_string(static_cast<int>(c.kind)));
 }
 
 Status ValidateStep(const OptimizerConfig& c, const StepParams& p) {
+  if (c.kind == OptimizerKind::kExternal)
+    return Status(Code::kFailedPrecondition,
+                  "the table's rule has no kernel in the store: its caller applies it to the records");
   if (!std::isfinite(p.learning_rate) || p.learning_rate < 0)
     return InvalidArgument("the learning rate must be finite and >= 0, got " + Num(p.learning_rate));
   if (c.kind == OptimizerKind::kFtrl && p.learning_rate == 0)
@@ -70,6 +77,7 @@ int NumSlots(const OptimizerConfig& c) {
     case OptimizerKind::kAdam: return c.amsgrad ? 3 : 2;
     case OptimizerKind::kFtrl: return 2;
     case OptimizerKind::kRmsprop: return 1 + (c.momentum != 0 ? 1 : 0) + (c.centered ? 1 : 0);
+    case OptimizerKind::kExternal: return c.external_slots;
   }
   return 0;
 }
@@ -140,6 +148,7 @@ void ApplyRow(const ElementRule& r, int64_t dim, const float* grad, float* recor
     case OptimizerKind::kAdam: return ApplyRowWith<rules::Adam>(r, dim, grad, record);
     case OptimizerKind::kFtrl: return ApplyRowWith<rules::Ftrl>(r, dim, grad, record);
     case OptimizerKind::kRmsprop: return ApplyRowWith<rules::Rmsprop>(r, dim, grad, record);
+    case OptimizerKind::kExternal: return;  // never applied here (ValidateStep refuses)
   }
 }
 

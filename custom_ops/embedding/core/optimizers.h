@@ -8,6 +8,9 @@
 //   Adam     [value | momentum | velocity (| velocity_hat when amsgrad)]
 //   FTRL     [value | accumulator | linear]
 //   RMSprop  [value | velocity (| momentum when momentum != 0) (| average gradient when centered)]
+//   external [value | external_slots slots], all starting at 0: a rule without a native
+//            kernel, computed by the caller on the records it reads and writes back
+//            (ReadRecords / WriteRecords); an apply here is an error.
 //
 // Every kind takes Keras's decoupled weight decay (weight_decay != 0; AdamW
 // is Adam with it): value -= value * weight_decay * lr before the rule, on
@@ -44,6 +47,8 @@ struct OptimizerConfig {
   // RMSprop
   double rho = 0.9;
   bool centered = false;
+  // external
+  int32_t external_slots = 0;
   // Adam
   double beta_1 = 0.9;
   double beta_2 = 0.999;
