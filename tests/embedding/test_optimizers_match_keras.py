@@ -168,3 +168,24 @@ def test_parameter_servers_refuse_a_rule_without_kernel_saying_where_it_runs():
     with pytest.raises(ValueError, match="^ShardedEmbedding 'items' on parameter servers: Lion has no "
                                          "kernel .*HybridStrategy.*RMSprop"):
         OnServers().set_optimizer(keras.optimizers.Lion())
+
+
+def test_exclude_from_weight_decay_is_asked_of_the_variable_standing_for_the_rows():
+    from tfx_dist.embedding.trained import TrainedByStore
+
+    class Table(TrainedByStore):
+        def __init__(self, name):
+            self.anchor = keras.Variable(0.0, name=name)  # as a table's anchor, among Keras's weights
+
+        def _trained(self):
+            return "table"
+
+        def _use_rule(self, rule):
+            self.used = rule
+
+    optimizer = keras.optimizers.AdamW(weight_decay=0.1)
+    excluded, by_name, kept = Table("ps_anchor"), Table("hybrid_anchor"), Table("local_anchor")
+    optimizer.exclude_from_weight_decay(var_list=[excluded.anchor], var_names=["hybrid"])
+    for table in (excluded, by_name, kept):
+        table.set_optimizer(optimizer)
+    assert (excluded.used.weight_decay, by_name.used.weight_decay, kept.used.weight_decay) == (0, 0, 0.1)
