@@ -93,7 +93,8 @@ _KERAS_EXTRAS = {
 
 def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
     """The store's optimizer for a Keras SGD, Adagrad, Adam, AdamW, Ftrl or RMSprop instance
-    (same hyperparameters, ``weight_decay`` included).
+    (same hyperparameters, ``weight_decay`` included), or a `KerasRule` for one of
+    `GENERAL_RULES`.
 
     Clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) is Keras's to
     do before the gradient reaches the store, so it is allowed. ``trained``
@@ -109,8 +110,9 @@ def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
     if cls is None and name not in GENERAL_RULES:
         raise ValueError(f"{prefix}Embedding tables are trained by the store's copies of Keras's "
                          f"{', '.join(NATIVE_RULES)} (weight decay included), and by Keras's own "
-                         f"{', '.join(GENERAL_RULES)} applied to the rows a step names; other "
-                         f"optimizers do not update a row from that row alone. Received: optimizer={name}")
+                         f"{', '.join(GENERAL_RULES)} applied to the rows a step names; others, "
+                         f"subclasses included, are refused (their update of a row may read more "
+                         f"than that row, or differ). Received: optimizer={name}")
     for attribute, what in _KERAS_EXTRAS.items():
         if getattr(optimizer, attribute, None):
             raise ValueError(f"{prefix}Embedding tables do not support {what} (`{attribute}=` of {name}): "
@@ -118,7 +120,7 @@ def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
                              f"{attribute}={getattr(optimizer, attribute)!r}")
     # Attributes, not get_config(): this runs while Keras traces a step, where
     # get_config() would read the learning-rate variable's value.
-    weight_decay = float(optimizer.weight_decay or 0.0)  # Keras's None: no decay
+    weight_decay = float(getattr(optimizer, "weight_decay", None) or 0.0)  # Keras's None: no decay
     if cls is None:
         arguments, slots = GENERAL_RULES[name]
         hyperparameters = json.dumps({a: getattr(optimizer, a) for a in arguments}, sort_keys=True)
