@@ -11,7 +11,7 @@ parameter server's shard (shard 0 of 2) of a MEMORY_ROWS x DIM Adagrad table
 trained on MEMORY_TOUCHED of its ids, either consecutive or spread uniformly
 over the shard, as the growth of this process's resident memory.
 
-    PYTHONPATH=. python3 benchmarks/embedding_store.py [--threads 2] [--memory]
+    PYTHONPATH=. python3 benchmarks/embedding_store.py [--threads 2] [--batch 65536] [--memory]
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def memory_report() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=BATCH, help="ids per call")
     parser.add_argument("--memory", action="store_true", help="what a fixed table's rows cost")
     parser.add_argument("--memory-layout", choices=("consecutive", "spread"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -104,9 +105,9 @@ def main() -> None:
         memory_report()
         return
     rng = np.random.default_rng(0)
-    batches = [rng.integers(0, ROWS, BATCH) for _ in range(8)]
-    grads = rng.normal(0, 0.01, (BATCH, DIM)).astype(np.float32)
-    print(f"{BATCH} ids x {DIM} floats per call, median of {REPEATS}; calls/s by wall time "
+    batches = [rng.integers(0, ROWS, args.batch) for _ in range(8)]
+    grads = rng.normal(0, 0.01, (args.batch, DIM)).astype(np.float32)
+    print(f"{args.batch} ids x {DIM} floats per call, median of {REPEATS}; calls/s by wall time "
           f"and (cpu) by this thread's CPU time")
     print(f"{'table':8} {'optimizer':9} {'lookup/s':>9} {'(cpu)':>7} {'apply/s':>8} {'(cpu)':>7}")
     for kind in ("fixed", "dynamic"):

@@ -74,6 +74,17 @@ std::vector<Named> Optimizers() {
   out.push_back({"ftrl l1 l2 shrinkage beta", c});
   c.learning_rate_power = -0.3;
   out.push_back({"ftrl power -0.3", c});
+  c = {};
+  c.kind = OptimizerKind::kRmsprop;
+  out.push_back({"rmsprop", c});
+  c.momentum = 0.5;
+  c.centered = true;
+  c.rho = 0.8;
+  out.push_back({"rmsprop momentum centered", c});
+  c = {};
+  c.kind = OptimizerKind::kAdam;
+  c.weight_decay = 0.004;
+  out.push_back({"adam weight decay (AdamW)", c});
   return out;
 }
 

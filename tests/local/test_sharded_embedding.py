@@ -189,3 +189,28 @@ def test_mirrored_strategy_matches_one_device(optimizer):
     mirrored.fit(ids, label, batch_size=64, epochs=2, verbose=0, shuffle=False)
     for a, b in zip(single.get_weights(), mirrored.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_rule_without_kernel_trains_a_table_of_this_process_as_keras_does():
+    """Lion (weight decay too) has no kernel in the store: a dynamic table in this process applies
+    Keras's own update step to each step's rows (tables/general_rule.py, a py_function in fit's
+    tf.function), equal to Keras's Lion on keras.layers.Embedding where every step names every row."""
+    rows, n = 16, 128
+    ids = np.stack([np.arange(n) % rows, (np.arange(n) * 7 + 3) % rows], 1)  # 16 examples: every row
+    label = ((ids[:, 0] % 2) == 0).astype("float32")[:, None]
+
+    def train(table):
+        inputs = keras.Input((2,), dtype="int64")
+        hidden = keras.layers.Flatten()(table(inputs))
+        out = keras.layers.Dense(1, activation="sigmoid",
+                                 kernel_initializer=keras.initializers.GlorotUniform(seed=4))(hidden)
+        model = keras.Model(inputs, out)
+        model.compile(keras.optimizers.Lion(0.01, weight_decay=0.5), "binary_crossentropy")
+        losses = model.fit(ids, label, batch_size=16, epochs=2, shuffle=False, verbose=0).history["loss"]
+        return losses, table(np.arange(rows)[:, None]).numpy()[:, 0]
+
+    losses, rows_here = train(ShardedEmbedding(None, 4, embeddings_initializer="zeros"))
+    keras_losses, keras_rows = train(keras.layers.Embedding(rows, 4, embeddings_initializer="zeros"))
+    assert losses[-1] < losses[0]
+    np.testing.assert_allclose(losses, keras_losses, rtol=1e-5)
+    np.testing.assert_allclose(rows_here, keras_rows, rtol=1e-5, atol=1e-7)

@@ -129,3 +129,18 @@ def test_two_workers_and_two_parameter_servers(tmp_path, reference):
     assert restored.returncode == 0, restored.describe()
     np.testing.assert_allclose(restored.result["rows"], a["rows"], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(restored.result["user_rows"], a["user_rows"], rtol=1e-6, atol=1e-7)
+
+
+def test_a_rule_without_kernel_on_two_workers_equals_one_worker(tmp_path):
+    """Adamax with weight decay has no kernel in the store: each owner applies Keras's own update
+    step to its rows of every worker's gradients (tables/general_rule.py). 2 workers equal 1 worker
+    of the same global batches (both lazy: a one-process Keras variable decays every row)."""
+    env = {"OPTIMIZER": "Adamax", "LR": "0.05", "OPTIMIZER_ARGS": '{"weight_decay": 0.1}'}
+    (one,) = _run(tmp_path / "one", 1, **env)
+    a, b = _run(tmp_path / "two", 2, **env)
+    assert a["rows"] == b["rows"] and a["user_rows"] == b["user_rows"]
+    assert one["loss"][1] < one["loss"][0] and np.abs(one["rows"]).max() > 0.01
+    for key in ("loss", "val_loss", "custom_losses"):
+        np.testing.assert_allclose(a[key], one[key], rtol=1e-4, err_msg=key)
+    for key in ("rows", "user_rows"):
+        np.testing.assert_allclose(a[key], one[key], rtol=1e-4, atol=1e-6, err_msg=key)

@@ -113,13 +113,15 @@ def full_reference(tmp_path_factory):
     """One process, no strategy, the FULL=1 program (fit with validation, evaluate, custom loop)."""
     cache = {}
 
-    def get(optimizer):
-        if optimizer not in cache:
-            (result,) = run_workers(_script("ps_keras.py"), 1, str(tmp_path_factory.mktemp("ref_" + optimizer)),
+    def get(optimizer, **env):
+        key = (optimizer, tuple(sorted(env.items())))
+        if key not in cache:
+            folder = str(tmp_path_factory.mktemp("ref_" + optimizer))
+            (result,) = run_workers(_script("ps_keras.py"), 1, folder,
                                     extra_env={"MODE": "reference", "FULL": "1", "OPTIMIZER": optimizer,
-                                               "LR": "0.05"})
-            cache[optimizer] = result.result
-        return cache[optimizer]
+                                               "LR": "0.05", **env})
+            cache[key] = result.result
+        return cache[key]
 
     return get
 
@@ -170,6 +172,25 @@ def test_dense_variables_on_servers_equal_the_other_placements(tmp_path, full_re
     per_server = np.sum(list(placement.values()), axis=0)
     assert per_server.tolist() == [1324 + 1, 1324], placement  # padded floats per server
     assert max(placement.values(), key=sum) == [1024, 1024], placement
+
+
+def test_rmsprop_with_weight_decay_on_servers_equals_keras(tmp_path, full_reference):
+    """RMSprop (momentum, centered) with Keras's weight decay, tables and dense variables on the
+    servers: every number equals Keras's own optimizer in one process (a plain Keras variable for
+    the table). Every step names every row, where the servers' lazy rule is Keras's dense one."""
+    env = {"EVERY_ROW": "1", "OPTIMIZER_ARGS": '{"momentum": 0.5, "centered": true, "weight_decay": 0.2}'}
+    reference = full_reference("RMSprop", **env)
+    workers, servers = run_ps_job(tmp_path, "ps_keras.py", env={
+        "DENSE": "servers", "FULL": "1", "OPTIMIZER": "RMSprop", "LR": "0.05", **env})
+    _check_exits(workers + servers)
+    a, b = (w.result for w in workers)
+    assert a["rows"] == b["rows"] and a["loop_weights"] == b["loop_weights"]
+    assert a["loss"][-1] < a["loss"][0]
+    np.testing.assert_allclose(a["loss"], reference["loss"], rtol=1e-4)
+    _assert_close_lists(a["fit_weights"][1:], reference["fit_weights"][1:], rtol=1e-4)
+    _assert_close_lists(a["loop_weights"][1:], reference["loop_weights"][1:], rtol=1e-4)
+    np.testing.assert_allclose(a["rows"], reference["rows"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a["predictions"], reference["predictions"], rtol=1e-4, atol=1e-6)
 
 
 def test_dense_variables_option_is_checked():

@@ -54,7 +54,7 @@ from tfx_dist._tf_compat.keras_array_input import gather_rows, shuffled_array_in
 from tfx_dist._tf_compat.keras_build import build_from_first_replica, building_symbolically  # noqa: E402
 from tfx_dist._tf_compat.loss_share import replica_loss_share  # noqa: E402
 from tfx_dist._tf_compat.optimizer_extras import (OptimizerExtrasHost,  # noqa: E402
-                                                  keep_optimizer_extras)
+                                                  adjust_optimizer_entries, keep_optimizer_extras)
 from tfx_dist._tf_compat.partial_batch_check import check_partial_batches_locally  # noqa: E402
 from tfx_dist._tf_compat.table_gradients import route_table_gradients  # noqa: E402
 from tfx_dist._tf_compat.keras_all_reduce import rows_summed_by_id  # noqa: E402
@@ -74,7 +74,8 @@ __all__ = [
     "check_partial_batches_locally", "current_checkpoint_prefix",
     "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",
     "hand_over_dataset_iterators",
-    "OptimizerExtrasHost", "keep_optimizer_extras", "read_one_element_per_replica",
+    "OptimizerExtrasHost", "adjust_optimizer_entries", "keep_optimizer_extras",
+    "read_one_element_per_replica",
     "replica_loss_share", "route_table_gradients", "rows_summed_by_id", "step_functions",
     "GradientHook", "optimizer_with_gradient_hook",
 ]

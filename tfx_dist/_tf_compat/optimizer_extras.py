@@ -7,7 +7,9 @@ optimizer's strategy keeps optimizer state elsewhere (its extended is an
 `OptimizerExtrasHost`: the servers' slots of dense variables), its
 ``save_optimizer_extras`` adds entries (named ``EXTRA_KEY_PREFIX...``) after
 Keras's, and its ``load_optimizer_extras`` reads them; Keras's own load sees
-its entries only (it skips a count that differs).
+its entries only (it skips a count that differs). Functions registered with
+`adjust_optimizer_entries` see (and may replace) those entries before Keras
+loads them: the one replacement of the method, whoever needs to adjust a load.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import abc
 from tfx_dist._tf_compat import replacements
 
 EXTRA_KEY_PREFIX = "tfx_ps_"  # the entries a strategy adds to the optimizer's
+_entry_adjusters: list = []  # see adjust_optimizer_entries
 
 
 class OptimizerExtrasHost(abc.ABC):
@@ -38,6 +41,15 @@ def keep_optimizer_extras() -> None:
     replacements.install()
 
 
+def adjust_optimizer_entries(adjuster) -> None:
+    """Registers ``adjuster(optimizer, entries) -> entries``, called in order on the entries of an
+    optimizer's Keras file (the strategy's extras left out) before Keras's own load reads them; it
+    returns them, or another mapping where it replaces some. Registering twice is a no-op."""
+    replacements.install()
+    if adjuster not in _entry_adjusters:
+        _entry_adjusters.append(adjuster)
+
+
 def install() -> None:
     from keras.src.optimizers import base_optimizer
 
@@ -56,11 +68,13 @@ def install() -> None:
 
     def load_own_variables(self, store):
         keys = list(store.keys())
-        if not any(k.startswith(EXTRA_KEY_PREFIX) for k in keys):
-            return original_load(self, store)
-        original_load(self, {k: store[k] for k in keys if not k.startswith(EXTRA_KEY_PREFIX)})
+        has_extras = any(k.startswith(EXTRA_KEY_PREFIX) for k in keys)
+        entries = {k: store[k] for k in keys if not k.startswith(EXTRA_KEY_PREFIX)} if has_extras else store
+        for adjust in _entry_adjusters:
+            entries = adjust(self, entries)
+        original_load(self, entries)
         host = _host(self)
-        if host is not None:
+        if has_extras and host is not None:
             host.load_optimizer_extras(self, store)
 
     cls.save_own_variables, cls.load_own_variables = save_own_variables, load_own_variables

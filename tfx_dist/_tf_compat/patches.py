@@ -25,7 +25,8 @@ One module per replaced area, each saying what it replaces and why:
   id after the all-reduce; Keras's gradient accumulation is refused with an error
   that says what to write (``TFOptimizer._all_reduce_sum_gradients``).
 * `optimizer_extras`: a strategy adds optimizer state it keeps elsewhere to
-  Keras's files (``BaseOptimizer.save_own_variables`` / ``load_own_variables``).
+  Keras's files, and registered adjusters see an optimizer's entries before
+  Keras loads them (``BaseOptimizer.save_own_variables`` / ``load_own_variables``).
 * `keras_array_input`: Keras's shuffled NumPy input records its adapter, for an
   order every worker agrees on (``ArrayDataAdapter.get_tf_dataset``).
 * `keras_loop_steps`: Keras's loops give the strategy their number of steps

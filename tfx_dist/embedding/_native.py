@@ -10,11 +10,11 @@ from tfx_dist import _native as native
 from tfx_dist import errors
 
 # Keep in step with c_api.h (TFX_EMB_ABI_VERSION and the structs); checked on load.
-ABI_VERSION = 2
+ABI_VERSION = 3
 ERR_LEN = native.ERR_LEN
 
 INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}
-OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3}
+OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3, "rmsprop": 4, "external": 5}
 
 _i64_p = ctypes.POINTER(ctypes.c_int64)
 _f32_p = ctypes.POINTER(ctypes.c_float)
@@ -52,13 +52,15 @@ STORE_ERRORS = errors.ErrorFamily(EmbeddingStoreError, InvalidArgumentError, Not
 
 class OptimizerConfig(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("nesterov", ctypes.c_int32), ("amsgrad", ctypes.c_int32),
-                ("reserved", ctypes.c_int32), ("momentum", ctypes.c_double),
+                ("centered", ctypes.c_int32), ("momentum", ctypes.c_double),
                 ("initial_accumulator_value", ctypes.c_double), ("epsilon", ctypes.c_double),
                 ("beta_1", ctypes.c_double), ("beta_2", ctypes.c_double),
                 ("learning_rate_power", ctypes.c_double),
                 ("l1_regularization_strength", ctypes.c_double),
                 ("l2_regularization_strength", ctypes.c_double),
-                ("l2_shrinkage_regularization_strength", ctypes.c_double), ("beta", ctypes.c_double)]
+                ("l2_shrinkage_regularization_strength", ctypes.c_double), ("beta", ctypes.c_double),
+                ("rho", ctypes.c_double), ("weight_decay", ctypes.c_double),
+                ("external_slots", ctypes.c_int32), ("reserved", ctypes.c_int32)]
 
 
 class TableConfig(ctypes.Structure):

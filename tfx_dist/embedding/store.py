@@ -74,75 +74,11 @@ _INITIALIZER_NAMES = {"zeros": Zeros, "ones": lambda: Constant(1.0), "uniform": 
                       "truncated_normal": TruncatedNormal}
 
 
-# Optimizers: Keras 3's constructor arguments (learning rate excepted: it comes
-# with every apply) and defaults.
-@dataclasses.dataclass(frozen=True)
-class SGD:
-    momentum: float = 0.0
-    nesterov: bool = False
+# The optimizer rules (tfx_dist.embedding.rules), importable from here as before.
+from tfx_dist.embedding.rules import (GENERAL_RULES, NATIVE_RULES, SGD, Adagrad, Adam,  # noqa: E402,F401
+                                      Ftrl, KerasRule, Optimizer, RMSprop, optimizer_from_keras)
 
-
-@dataclasses.dataclass(frozen=True)
-class Adagrad:
-    initial_accumulator_value: float = 0.1
-    epsilon: float = 1e-7
-
-
-@dataclasses.dataclass(frozen=True)
-class Adam:
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-7
-    amsgrad: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Ftrl:
-    learning_rate_power: float = -0.5
-    initial_accumulator_value: float = 0.1
-    l1_regularization_strength: float = 0.0
-    l2_regularization_strength: float = 0.0
-    l2_shrinkage_regularization_strength: float = 0.0
-    beta: float = 0.0
-
-
-Optimizer = Union[SGD, Adagrad, Adam, Ftrl]
-_OPTIMIZER_CODES = {SGD: "sgd", Adagrad: "adagrad", Adam: "adam", Ftrl: "ftrl"}
-
-
-# Keras optimizer features applied outside the update rule, which the store has not.
-_KERAS_EXTRAS = {
-    "weight_decay": "decoupled weight decay",
-    "use_ema": "exponential moving averages of the weights",
-    "gradient_accumulation_steps": "gradient accumulation",
-}
-
-
-def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
-    """The store's optimizer for a Keras SGD, Adagrad, Adam or Ftrl instance (same hyperparameters).
-
-    Clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) is Keras's to
-    do before the gradient reaches the store, so it is allowed. ``trained``
-    names what it trains in an error ("ShardedEmbedding 'items' on parameter servers").
-
-    Raises:
-      ValueError: another optimizer class (subclasses such as AdamW included),
-        or one of the features the store does not have.
-    """
-    name = type(optimizer).__name__
-    cls = {"SGD": SGD, "Adagrad": Adagrad, "Adam": Adam, "Ftrl": Ftrl}.get(name)
-    prefix = f"{trained}: " if trained else ""
-    if cls is None:
-        raise ValueError(f"{prefix}Embedding tables are trained by the store's copies of Keras's SGD, "
-                         f"Adagrad, Adam and Ftrl. Received: optimizer={name}")
-    for attribute, what in _KERAS_EXTRAS.items():
-        if getattr(optimizer, attribute, None):
-            raise ValueError(f"{prefix}Embedding tables do not support {what} (`{attribute}=` of {name}): "
-                             f"the store applies only the update rule. Received: "
-                             f"{attribute}={getattr(optimizer, attribute)!r}")
-    # Attributes, not get_config(): this runs while Keras traces a step, where
-    # get_config() would read the learning-rate variable's value.
-    return cls(**{f.name: getattr(optimizer, f.name) for f in dataclasses.fields(cls)})
+_OPTIMIZER_CODES = {SGD: "sgd", Adagrad: "adagrad", Adam: "adam", Ftrl: "ftrl", RMSprop: "rmsprop"}
 
 
 def initializer_from_keras(initializer) -> Initializer:
@@ -189,8 +125,10 @@ def _initializer(init) -> Initializer:
 
 def optimizer_config(optimizer: Optimizer) -> _native.OptimizerConfig:
     """The C struct of a store optimizer (c_api.h's tfx_emb_optimizer)."""
+    if isinstance(optimizer, KerasRule):  # slots only: the rule runs outside the store
+        return _native.OptimizerConfig(kind=_native.OPTIMIZERS["external"], external_slots=optimizer.slots)
     if type(optimizer) not in _OPTIMIZER_CODES:
-        raise TypeError(f"Expected a tfx_dist.embedding.store optimizer (SGD, Adagrad, Adam, Ftrl). "
+        raise TypeError(f"Expected a tfx_dist.embedding.store optimizer (SGD, Adagrad, Adam, Ftrl, RMSprop). "
                         f"Received: {optimizer!r}")
     # Fields of other optimizers stay 0: the C++ side reads only its kind's.
     opt = _native.OptimizerConfig(kind=_native.OPTIMIZERS[_OPTIMIZER_CODES[type(optimizer)]])
@@ -247,8 +185,9 @@ class TableShard:
         every initial value, whatever ``num_shards``.
       initializer: ``Uniform()`` (Keras Embedding's default), ``Normal``,
         ``TruncatedNormal``, ``Zeros``, ``Constant``, or one of their names.
-      optimizer: ``SGD``, ``Adagrad``, ``Adam`` or ``Ftrl`` (Keras 3's update
-        rules; slots are stored beside the rows).
+      optimizer: ``SGD``, ``Adagrad``, ``Adam``, ``Ftrl`` or ``RMSprop`` (Keras
+        3's update rules, each with Keras's ``weight_decay``; slots are stored
+        beside the rows).
 
     Raises:
       InvalidArgumentError: a bad configuration.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tfx_dist.embedding import store
 
 
@@ -12,10 +14,31 @@ class TrainedByStore:
     they follow now. Subclasses define `_trained` (how errors name them) and `_use_rule`."""
 
     optimizer_rule: store.Optimizer | None = None
+    # Whether Keras's rules without a native kernel (`store.KerasRule`) can run here: only where
+    # the rows are in this process (the general path reads and writes their records).
+    applies_keras_rules = False
 
     def set_optimizer(self, optimizer) -> None:
         """Trains with the store's copy of a Keras optimizer (handed on once per rule)."""
-        self._set_rule(store.optimizer_from_keras(optimizer, self._trained()))
+        rule = store.optimizer_from_keras(optimizer, self._trained())
+        if rule.weight_decay and not self._decayed_by(optimizer):
+            rule = dataclasses.replace(rule, weight_decay=0.0)
+        if isinstance(rule, store.KerasRule) and not self.applies_keras_rules:
+            raise ValueError(
+                f"{self._trained()}: {rule.name} has no kernel in the embedding store, and its "
+                f"rule runs where the rows are in the worker's process: a table sharded over the "
+                f"workers (HybridStrategy) or a local one. On parameter servers, compile with one "
+                f"of {', '.join(store.NATIVE_RULES)} (weight_decay allowed).")
+        self._set_rule(rule)
+
+    def _decayed_by(self, optimizer) -> bool:
+        """Whether Keras's ``exclude_from_weight_decay`` leaves this one decayed: asked, as Keras
+        asks, of the Keras variable standing for it (a table's anchor, a dense variable itself)."""
+        variable = getattr(self, "anchor", None)
+        if variable is None:
+            variable = getattr(self, "variable", None)
+        use_weight_decay = getattr(optimizer, "_use_weight_decay", None)
+        return variable is None or use_weight_decay is None or bool(use_weight_decay(variable))
 
     def _set_rule(self, rule: store.Optimizer) -> None:
         if rule != self.optimizer_rule:

@@ -7,7 +7,7 @@ update rules as on the servers), as TFRA's local dynamic embedding does. Its
 gradient takes the servers' route: the lookup gives a scalar *anchor* the
 rows' gradient (`gradients.anchored_lookup`), and Keras's optimizer step
 hands it to the table (`_tf_compat.table_gradients`), which applies the
-store's copy of that optimizer (SGD, Adagrad, Adam, Ftrl) to the rows.
+store's copy of that optimizer (SGD, Adagrad, Adam, AdamW, Ftrl, RMSprop) to the rows.
 
 Checkpoints and Keras files are those of a dynamic table on the servers: its
 rows in a shard file beside the checkpoint (or the Keras file), so a job's
@@ -28,6 +28,7 @@ from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
 from tfx_dist.parameter_server import keras_files, table_checkpoint
 from tfx_dist.tables import gradients, on_servers, protocol
+from tfx_dist.tables.in_process import InProcessShard
 from tfx_dist.tables.on_workers import gradient_rows
 from tfx_dist.tables.placement import Placement
 
@@ -51,7 +52,7 @@ def _ops_lib():
     return _ops.load_op_library("_ps_ops")
 
 
-class LocalDynamicTable(tfc.trackable_base.Trackable):
+class LocalDynamicTable(tfc.trackable_base.Trackable, InProcessShard):
     """The dynamic table of one `ShardedEmbedding`, in this process's embedding store."""
 
     def __init__(self, layer, table_id: int):
@@ -67,7 +68,6 @@ class LocalDynamicTable(tfc.trackable_base.Trackable):
         self.seed = layer.embeddings_initializer.get_config().get("seed") or 0
         self.shard = store.TableShard(self.dim, None, name=layer.name, table_id=table_id, seed=self.seed,
                                       initializer=self.initializer, optimizer=store.SGD())
-        self._optimizer = None  # the store rule the rows' slots belong to
         # Keras's optimizer step hands the anchor's gradient to apply_own_gradient.
         tfc.route_table_gradients()
         tfc.delete_with_checkpoints(table_checkpoint.SHARD_FILES_OF_CHECKPOINT)
@@ -84,26 +84,14 @@ class LocalDynamicTable(tfc.trackable_base.Trackable):
 
     def apply_own_gradient(self, optimizer, gradient, learning_rate):
         """The op applying the store's copy of ``optimizer`` to the rows of ``gradient``."""
-        try:
-            rule = store.optimizer_from_keras(optimizer)
-        except ValueError as e:
-            raise ValueError(f"ShardedEmbedding '{self.name}' (a local dynamic table): {e}") from None
-        self._set_rule(rule)
+        self.set_optimizer(optimizer)
         ids, rows = gradient_rows(self.name, gradient)
-        step = tf.cast(optimizer.iterations, tf.int64) + 1
-        return _ops_lib().tfx_store_apply(ids, rows, tf.cast(learning_rate, tf.float32), step,
-                                          handle=self.shard.handle)
+        return self._store_apply(ids, rows, learning_rate, tf.cast(optimizer.iterations, tf.int64) + 1)
 
-    def _set_rule(self, rule) -> None:
-        if rule != self._optimizer:
-            self.shard.set_optimizer(rule)
-            self._optimizer = rule
+    def _trained(self) -> str:
+        return f"ShardedEmbedding '{self.name}' (a local dynamic table)"
 
     # -- checkpoints and Keras files: a dynamic table's on the servers ----------------------------
-
-    @property
-    def optimizer_rule(self):
-        return self._optimizer
 
     def save(self, prefix: str) -> int:
         """Writes the rows (and slots) to ``prefix.shard-0-of-1``; returns the step count (0)."""
@@ -112,15 +100,6 @@ class LocalDynamicTable(tfc.trackable_base.Trackable):
         tf.io.gfile.makedirs(os.path.dirname(prefix) or ".")
         self.shard.save(table_checkpoint.shard_path(prefix, 0, 1))
         return 0
-
-    def restore(self, prefix: str, optimizer=None, applies: int = 0) -> None:
-        """Replaces the rows with those of the files at ``prefix`` (any number of shards);
-        ``applies`` is the servers' step count, which Keras's optimizer keeps here."""
-        del applies
-        paths = table_checkpoint.shard_files(prefix, self.name)
-        if optimizer is not None:
-            self._set_rule(optimizer)
-        self.shard.restore(paths)
 
     def save_to_keras_store(self, keras_store) -> None:
         keras_files.save_beside(self, keras_store)

@@ -33,10 +33,10 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist import _tf_compat as tfc
 from tfx_dist.embedding import store
-from tfx_dist.embedding.trained import TrainedByStore
 from tfx_dist.hybrid import exchange, keras_files
 from tfx_dist.parameter_server import table_checkpoint
 from tfx_dist.tables import gradients, protocol
+from tfx_dist.tables.in_process import InProcessShard
 from tfx_dist.tables.placement import Placement
 
 # TensorFlow's convention for a non-chief worker's checkpoint folder (tfx_dist.checkpointing).
@@ -47,7 +47,7 @@ def _ops_lib():
     return _ops.load_op_library("_ps_ops")
 
 
-class WorkerShardedTable(tfc.trackable_base.Trackable, TrainedByStore):
+class WorkerShardedTable(tfc.trackable_base.Trackable, InProcessShard):
     """The table of one `ShardedEmbedding` layer, one shard per worker.
 
     Args:
@@ -148,9 +148,6 @@ class WorkerShardedTable(tfc.trackable_base.Trackable, TrainedByStore):
     def _trained(self) -> str:
         return f"ShardedEmbedding '{self.name}' sharded over the workers"
 
-    def _use_rule(self, rule) -> None:
-        self.shard.set_optimizer(rule)  # this worker's shard keeps its slots
-
     def apply(self, gradient, learning_rate, step):
         """The op that sends this worker's gradient rows to their owners, which apply them.
 
@@ -165,9 +162,7 @@ class WorkerShardedTable(tfc.trackable_base.Trackable, TrainedByStore):
 
     def apply_owned(self, ids, grads, learning_rate, step):
         """The op that applies gradient rows of ids this worker owns (from every worker)."""
-        return self._in_table_order(lambda: _ops_lib().tfx_store_apply(
-            ids, grads, tf.cast(learning_rate, tf.float32), tf.cast(step, tf.int64),
-            handle=self.shard.handle))
+        return self._in_table_order(lambda: self._store_apply(ids, grads, learning_rate, step))
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -179,14 +174,6 @@ class WorkerShardedTable(tfc.trackable_base.Trackable, TrainedByStore):
                     tf.io.gfile.remove(stale)
         tf.io.gfile.makedirs(os.path.dirname(prefix) or ".")
         self.shard.save(table_checkpoint.shard_path(prefix, self.rank, self.num_workers))
-
-    def restore(self, prefix: str, optimizer=None) -> None:
-        """Replaces this worker's rows (and slots) with its share of the files at ``prefix``,
-        written by any number of shards. ``optimizer``: the rule of the files' slots."""
-        paths = table_checkpoint.shard_files(prefix, self.name)
-        if optimizer is not None:
-            self._set_rule(optimizer)
-        self.shard.restore(paths)
 
     def save_to_keras_store(self, store) -> None:
         """Streams the whole table into the chief's Keras file (`keras_files`); every worker calls it."""

@@ -18,41 +18,36 @@ from __future__ import annotations
 
 import warnings
 
+from tfx_dist import _tf_compat as tfc
 from tfx_dist.tables import protocol
 
 
 def install() -> None:
     """Makes Keras's optimizers load files with the tables' slots of another placement."""
-    from keras.src.optimizers.base_optimizer import BaseOptimizer
+    tfc.adjust_optimizer_entries(restart_slots_of_other_placements)
 
-    if getattr(BaseOptimizer.load_own_variables, "_tfx_tables", False):
-        return
-    keras_load = BaseOptimizer.load_own_variables
 
-    def load_own_variables(self, store):
-        slots = _table_slots(self)
-        if not slots:
-            return keras_load(self, store)
-        # The slots saved under another placement are replaced by the fresh ones, then the
-        # load goes on as before (Keras's own, or the strategy's optimizer extras around it).
-        entries = {key: store[key] for key in store.keys()}
-        restarted = {}
-        for i, variable in enumerate(self.variables):
-            value = entries.get(str(i))
-            table = slots.get(i)
-            if table is not None and value is not None and tuple(value.shape) != tuple(variable.shape):
-                restarted.setdefault(table.name, (tuple(value.shape), tuple(variable.shape)))
-                entries[str(i)] = variable.numpy()
-        for name, (saved, here) in restarted.items():
-            warnings.warn(
-                f"ShardedEmbedding '{name}': the file was saved with the table under another "
-                f"placement (Keras's optimizer slots of shape {saved}, here {here}); its rows are "
-                f"loaded, its optimizer state restarts (fresh slots, as after a change of "
-                f"placement). The other variables of '{self.name}' are loaded.", stacklevel=2)
-        return keras_load(self, entries)
-
-    load_own_variables._tfx_tables = True
-    BaseOptimizer.load_own_variables = load_own_variables
+def restart_slots_of_other_placements(optimizer, store):
+    """The entries of ``optimizer``'s Keras file, a table's slots saved under another placement
+    (another shape) replaced by the optimizer's fresh ones."""
+    slots = _table_slots(optimizer)
+    if not slots:
+        return store
+    entries = {key: store[key] for key in store.keys()}
+    restarted = {}
+    for i, variable in enumerate(optimizer.variables):
+        value = entries.get(str(i))
+        table = slots.get(i)
+        if table is not None and value is not None and tuple(value.shape) != tuple(variable.shape):
+            restarted.setdefault(table.name, (tuple(value.shape), tuple(variable.shape)))
+            entries[str(i)] = variable.numpy()
+    for name, (saved, here) in restarted.items():
+        warnings.warn(
+            f"ShardedEmbedding '{name}': the file was saved with the table under another "
+            f"placement (Keras's optimizer slots of shape {saved}, here {here}); its rows are "
+            f"loaded, its optimizer state restarts (fresh slots, as after a change of "
+            f"placement). The other variables of '{optimizer.name}' are loaded.", stacklevel=2)
+    return entries
 
 
 def _table_slots(optimizer) -> dict:

@@ -26,23 +26,27 @@ extern "C" {
 #define TFX_EMB_API __attribute__((visibility("default")))
 
 /* Bumped whenever a struct below or a signature changes (2: the PS client gained
- * tfx_ps_assign and servers the ASSIGN request). */
-#define TFX_EMB_ABI_VERSION 2
+ * tfx_ps_assign and servers the ASSIGN request; 3: RMSprop and weight decay). */
+#define TFX_EMB_ABI_VERSION 3
 
 typedef struct {
   int32_t kind;
   int32_t nesterov; /* SGD */
   int32_t amsgrad;  /* Adam */
-  int32_t reserved;
-  double momentum;                  /* SGD */
+  int32_t centered; /* RMSprop */
+  double momentum;                  /* SGD, RMSprop */
   double initial_accumulator_value; /* Adagrad, FTRL */
-  double epsilon;                   /* Adagrad, Adam */
+  double epsilon;                   /* Adagrad, Adam, RMSprop */
   double beta_1, beta_2;            /* Adam */
   double learning_rate_power;       /* FTRL, and the four below */
   double l1_regularization_strength;
   double l2_regularization_strength;
   double l2_shrinkage_regularization_strength;
   double beta;
+  double rho;          /* RMSprop */
+  double weight_decay; /* every kind, 0: none */
+  int32_t external_slots; /* external: the slots kept for a rule applied outside */
+  int32_t reserved;
 } tfx_emb_optimizer;
 
 typedef struct {

@@ -17,6 +17,10 @@ OptimizerConfig OptimizerFromC(const tfx_emb_optimizer& o) {
   c.l2_regularization_strength = o.l2_regularization_strength;
   c.l2_shrinkage_regularization_strength = o.l2_shrinkage_regularization_strength;
   c.beta = o.beta;
+  c.rho = o.rho;
+  c.centered = o.centered != 0;
+  c.weight_decay = o.weight_decay;
+  c.external_slots = o.external_slots;
   return c;
 }
 

@@ -29,7 +29,9 @@
 
 namespace tfx::embedding {
 
-enum class OptimizerKind : int32_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kFtrl = 3 };
+enum class OptimizerKind : int32_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kFtrl = 3, kRmsprop = 4,
+                                      // slots kept here, the rule applied outside (optimizers.h)
+                                      kExternal = 5 };
 
 // Everything an element update reads besides the record and its gradient:
 // the table's hyperparameters rounded to float32 as Keras's ops round them,
@@ -38,12 +40,19 @@ enum class OptimizerKind : int32_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kFtrl = 
 struct ElementRule {
   OptimizerKind kind = OptimizerKind::kSgd;
   float lr = 0;
-  // SGD
+  // Every kind: Keras's decoupled weight decay (`weight_decay=`, AdamW's),
+  // applied to the row's value before the rule.
+  bool has_weight_decay = false;
+  float weight_decay = 0;
+  // SGD, RMSprop
   bool has_momentum = false;
   bool nesterov = false;
   float momentum = 0;
-  // Adagrad, Adam
+  // Adagrad, Adam, RMSprop
   float epsilon = 0;
+  // RMSprop
+  bool centered = false;
+  float rho = 0, one_minus_rho = 0;
   // Adam
   bool amsgrad = false;
   float one_minus_beta_1 = 0, one_minus_beta_2 = 0;
@@ -118,15 +127,45 @@ TFX_EMB_HOST_DEVICE inline void Ftrl(const ElementRule& r, int64_t j, float g, f
   accum[j] = new_accum;
 }
 
+// record = [value | velocity (| momentum when momentum > 0) (| average gradient when centered)].
+TFX_EMB_HOST_DEVICE inline void Rmsprop(const ElementRule& r, int64_t j, float g, float* var, int64_t dim) {
+  float* velocity = var + dim;
+  velocity[j] = Mul(r.rho, velocity[j]) + Mul(r.one_minus_rho, Mul(g, g));
+  float denominator;
+  if (r.centered) {
+    float* average_grad = var + (r.has_momentum ? 3 : 2) * dim;
+    average_grad[j] = Mul(r.rho, average_grad[j]) + Mul(r.one_minus_rho, g);
+    denominator = (velocity[j] - Mul(average_grad[j], average_grad[j])) + r.epsilon;
+  } else {
+    denominator = velocity[j] + r.epsilon;
+  }
+  const float increment = Mul(r.lr, g) / sqrtf(denominator);
+  if (r.has_momentum) {
+    float* m = var + 2 * dim;
+    m[j] = Mul(r.momentum, m[j]) + increment;
+    var[j] = var[j] - m[j];
+  } else {
+    var[j] = var[j] - increment;
+  }
+}
+
+// Keras's _apply_weight_decay: variable - variable * wd * lr, before the update step.
+TFX_EMB_HOST_DEVICE inline void WeightDecay(const ElementRule& r, int64_t j, float* var) {
+  if (r.has_weight_decay) var[j] = var[j] - Mul(Mul(var[j], r.weight_decay), r.lr);
+}
+
 }  // namespace rules
 
 // Updates element j of one record (value and slots) with its summed gradient g.
 TFX_EMB_HOST_DEVICE inline void ApplyElement(const ElementRule& r, int64_t j, float g, float* record, int64_t dim) {
+  rules::WeightDecay(r, j, record);
   switch (r.kind) {
     case OptimizerKind::kSgd: return rules::Sgd(r, j, g, record, dim);
     case OptimizerKind::kAdagrad: return rules::Adagrad(r, j, g, record, dim);
     case OptimizerKind::kAdam: return rules::Adam(r, j, g, record, dim);
     case OptimizerKind::kFtrl: return rules::Ftrl(r, j, g, record, dim);
+    case OptimizerKind::kRmsprop: return rules::Rmsprop(r, j, g, record, dim);
+    case OptimizerKind::kExternal: return;  // never applied here (ValidateStep refuses)
   }
 }
 

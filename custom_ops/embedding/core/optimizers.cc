@@ -16,6 +16,8 @@ std::string Num(double x) { return std::to_string(x); }
 
 Status ValidateOptimizer(const OptimizerConfig& c) {
   auto finite_nonneg = [](double x) { return std::isfinite(x) && x >= 0; };
+  if (!std::isfinite(c.weight_decay))
+    return InvalidArgument("weight_decay must be finite, got " + Num(c.weight_decay));
   switch (c.kind) {
     case OptimizerKind::kSgd:
       if (!finite_nonneg(c.momentum) || c.momentum > 1)
@@ -41,11 +43,24 @@ Status ValidateOptimizer(const OptimizerConfig& c) {
         return InvalidArgument(
             "FTRL: initial_accumulator_value, the l1, l2 and l2 shrinkage strengths and beta must be >= 0");
       return Status::Ok();
+    case OptimizerKind::kRmsprop:
+      if (!finite_nonneg(c.rho) || c.rho > 1 || !finite_nonneg(c.momentum) || c.momentum > 1 ||
+          !finite_nonneg(c.epsilon))
+        return InvalidArgument("RMSprop: want rho and momentum in [0, 1] and epsilon >= 0, got rho=" +
+                               Num(c.rho) + " momentum=" + Num(c.momentum) + " epsilon=" + Num(c.epsilon));
+      return Status::Ok();
+    case OptimizerKind::kExternal:
+      if (c.external_slots < 0 || c.external_slots > 6)
+        return InvalidArgument("an external rule keeps 0 to 6 slots, got " + std::to_string(c.external_slots));
+      return Status::Ok();
   }
   return InvalidArgument("unknown optimizer kind " + std::to_string(static_cast<int>(c.kind)));
 }
 
 Status ValidateStep(const OptimizerConfig& c, const StepParams& p) {
+  if (c.kind == OptimizerKind::kExternal)
+    return Status(Code::kFailedPrecondition,
+                  "the table's rule has no kernel in the store: its caller applies it to the records");
   if (!std::isfinite(p.learning_rate) || p.learning_rate < 0)
     return InvalidArgument("the learning rate must be finite and >= 0, got " + Num(p.learning_rate));
   if (c.kind == OptimizerKind::kFtrl && p.learning_rate == 0)
@@ -61,6 +76,8 @@ int NumSlots(const OptimizerConfig& c) {
     case OptimizerKind::kAdagrad: return 1;
     case OptimizerKind::kAdam: return c.amsgrad ? 3 : 2;
     case OptimizerKind::kFtrl: return 2;
+    case OptimizerKind::kRmsprop: return 1 + (c.momentum != 0 ? 1 : 0) + (c.centered ? 1 : 0);
+    case OptimizerKind::kExternal: return c.external_slots;
   }
   return 0;
 }
@@ -92,10 +109,15 @@ ElementRule MakeElementRule(const OptimizerConfig& c, const StepConstants& k) {
   ElementRule r;
   r.kind = c.kind;
   r.lr = k.lr;
+  r.has_weight_decay = c.weight_decay != 0;
+  r.weight_decay = F(c.weight_decay);
   r.has_momentum = c.momentum != 0;
   r.nesterov = c.nesterov;
   r.momentum = F(c.momentum);
   r.epsilon = F(c.epsilon);
+  r.centered = c.centered;
+  r.rho = F(c.rho);
+  r.one_minus_rho = F(1 - c.rho);  // Keras's `1 - rho`: a Python float, then float32
   r.amsgrad = c.amsgrad;
   r.one_minus_beta_1 = F(1 - c.beta_1);
   r.one_minus_beta_2 = F(1 - c.beta_2);
@@ -112,7 +134,10 @@ namespace {
 // One loop per optimizer, so that the kind is decided once per row.
 template <void (*Rule)(const ElementRule&, int64_t, float, float*, int64_t)>
 void ApplyRowWith(const ElementRule& r, int64_t dim, const float* grad, float* record) {
-  for (int64_t j = 0; j < dim; ++j) Rule(r, j, grad[j], record, dim);
+  for (int64_t j = 0; j < dim; ++j) {
+    rules::WeightDecay(r, j, record);  // element j's rule reads element j only: decayed first
+    Rule(r, j, grad[j], record, dim);
+  }
 }
 }  // namespace
 
@@ -122,6 +147,8 @@ void ApplyRow(const ElementRule& r, int64_t dim, const float* grad, float* recor
     case OptimizerKind::kAdagrad: return ApplyRowWith<rules::Adagrad>(r, dim, grad, record);
     case OptimizerKind::kAdam: return ApplyRowWith<rules::Adam>(r, dim, grad, record);
     case OptimizerKind::kFtrl: return ApplyRowWith<rules::Ftrl>(r, dim, grad, record);
+    case OptimizerKind::kRmsprop: return ApplyRowWith<rules::Rmsprop>(r, dim, grad, record);
+    case OptimizerKind::kExternal: return;  // never applied here (ValidateStep refuses)
   }
 }
 

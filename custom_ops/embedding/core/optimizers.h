@@ -1,11 +1,20 @@
 // Sparse optimizers of the embedding store: Keras 3.15's update rules
-// (keras/src/optimizers/{sgd,adagrad,adam,ftrl}.py), applied to one row at a
-// time. A row's record holds its value and then its slots, dim floats each:
+// (keras/src/optimizers/{sgd,adagrad,adam,ftrl,rmsprop}.py), applied to one
+// row at a time. A row's record holds its value and then its slots, dim
+// floats each:
 //
 //   SGD      [value | momentum]   (momentum slot only when momentum != 0)
 //   Adagrad  [value | accumulator]
 //   Adam     [value | momentum | velocity (| velocity_hat when amsgrad)]
 //   FTRL     [value | accumulator | linear]
+//   RMSprop  [value | velocity (| momentum when momentum != 0) (| average gradient when centered)]
+//   external [value | external_slots slots], all starting at 0: a rule without a native
+//            kernel, computed by the caller on the records it reads and writes back
+//            (ReadRecords / WriteRecords); an apply here is an error.
+//
+// Every kind takes Keras's decoupled weight decay (weight_decay != 0; AdamW
+// is Adam with it): value -= value * weight_decay * lr before the rule, on
+// the rows an apply names (Keras decays every row of a dense variable).
 //
 // Slots start as Keras's do: accumulators at initial_accumulator_value,
 // everything else at 0. The arithmetic is float32 in Keras's order of
@@ -26,13 +35,20 @@ namespace tfx::embedding {
 // apply (StepParams), so Keras learning-rate schedules work.
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSgd;
-  // SGD
+  // Every kind (0: none)
+  double weight_decay = 0.0;
+  // SGD, RMSprop
   double momentum = 0.0;
   bool nesterov = false;
   // Adagrad, FTRL
   double initial_accumulator_value = 0.1;
-  // Adagrad, Adam
+  // Adagrad, Adam, RMSprop
   double epsilon = 1e-7;
+  // RMSprop
+  double rho = 0.9;
+  bool centered = false;
+  // external
+  int32_t external_slots = 0;
   // Adam
   double beta_1 = 0.9;
   double beta_2 = 0.999;

@@ -179,15 +179,34 @@ template <typename Body>
 void TableShard::ForEachRecord(const int64_t* ids, int64_t n, bool create, size_t prefetch_bytes, Body body) {
   if (!config_.dynamic()) {
     std::shared_lock<std::shared_mutex> lock(mu_);
-    auto prefetch = [&](int64_t i) {
-      const uint32_t slot = FixedSlot(LocalRow(ids[i]));
+    // A stored row is two dependent misses (its index entry, then its record): a pipeline
+    // in three stages keeps both kinds in flight. Id i + 2 * kPrefetchAhead: its local row
+    // (one division per id) and its index entry prefetched; i + kPrefetchAhead: the entry
+    // read, the record prefetched; i: the body. A slot once read stays valid under mu_
+    // (only Clear, holding mu_ exclusively, drops rows); kNoSlot is checked again, since
+    // another thread may create the row in between.
+    constexpr int64_t kRing = 4 * kPrefetchAhead;
+    int64_t locals[kRing];
+    uint32_t slots[kRing];
+    auto index_stage = [&](int64_t i) {
+      const int64_t local = LocalRow(ids[i]);
+      locals[i % kRing] = local;
+      const BlockIndex* index = blocks_[local / kBlockRows].load(std::memory_order_acquire);
+      if (index != nullptr) __builtin_prefetch(&index->slot[local % kBlockRows], 0, 3);
+    };
+    auto record_stage = [&](int64_t i) {
+      const uint32_t slot = FixedSlot(locals[i % kRing]);
+      slots[i % kRing] = slot;
       if (slot != kNoSlot) PrefetchBytes(FixedSlotRecord(slot), prefetch_bytes);
     };
-    for (int64_t i = 0; i < std::min(n, kPrefetchAhead); ++i) prefetch(i);
+    for (int64_t i = 0; i < std::min(n, 2 * kPrefetchAhead); ++i) index_stage(i);
+    for (int64_t i = 0; i < std::min(n, kPrefetchAhead); ++i) record_stage(i);
     for (int64_t i = 0; i < n; ++i) {
-      if (i + kPrefetchAhead < n) prefetch(i + kPrefetchAhead);
-      const int64_t local = LocalRow(ids[i]);
-      float* record = FixedRecord(local, create);
+      if (i + 2 * kPrefetchAhead < n) index_stage(i + 2 * kPrefetchAhead);
+      if (i + kPrefetchAhead < n) record_stage(i + kPrefetchAhead);
+      const int64_t local = locals[i % kRing];
+      const uint32_t slot = slots[i % kRing];
+      float* record = slot != kNoSlot ? FixedSlotRecord(slot) : FixedRecord(local, create);
       if (record == nullptr) {
         body(i, nullptr);  // an initial row: nothing to lock
       } else {

@@ -63,10 +63,12 @@ __global__ void CheckApplyKernel(int64_t num_rows, const int64_t* __restrict__ r
 
 template <OptimizerKind K>
 __device__ inline void ApplyElementOf(const ElementRule& r, int64_t j, float g, float* record, int64_t dim) {
+  rules::WeightDecay(r, j, record);
   if constexpr (K == OptimizerKind::kSgd) rules::Sgd(r, j, g, record, dim);
   if constexpr (K == OptimizerKind::kAdagrad) rules::Adagrad(r, j, g, record, dim);
   if constexpr (K == OptimizerKind::kAdam) rules::Adam(r, j, g, record, dim);
   if constexpr (K == OptimizerKind::kFtrl) rules::Ftrl(r, j, g, record, dim);
+  if constexpr (K == OptimizerKind::kRmsprop) rules::Rmsprop(r, j, g, record, dim);
 }
 
 // One row per group of lanes; consecutive lanes take consecutive columns, so
@@ -141,6 +143,7 @@ const char* ApplyGradientsGpu(const GpuShard& s, const ElementRule& rule, const 
     TFX_EMB_APPLY(OptimizerKind::kAdagrad)
     TFX_EMB_APPLY(OptimizerKind::kAdam)
     TFX_EMB_APPLY(OptimizerKind::kFtrl)
+    TFX_EMB_APPLY(OptimizerKind::kRmsprop)
 #undef TFX_EMB_APPLY
     default:
       return "ApplyGradientsGpu: unknown optimizer kind";

@@ -24,24 +24,28 @@ void PutOptimizer(const embedding::OptimizerConfig& o, Writer* w) {
   w->Put(static_cast<int32_t>(o.kind));
   for (double v : {o.momentum, o.initial_accumulator_value, o.epsilon, o.beta_1, o.beta_2,
                    o.learning_rate_power, o.l1_regularization_strength, o.l2_regularization_strength,
-                   o.l2_shrinkage_regularization_strength, o.beta})
+                   o.l2_shrinkage_regularization_strength, o.beta, o.rho, o.weight_decay})
     w->Put(v);
   w->Put(static_cast<uint8_t>(o.nesterov));
   w->Put(static_cast<uint8_t>(o.amsgrad));
+  w->Put(static_cast<uint8_t>(o.centered));
+  w->Put(o.external_slots);
 }
 
 bool GetOptimizer(Reader* r, embedding::OptimizerConfig* o) {
   int32_t kind;
-  uint8_t nesterov, amsgrad;
+  uint8_t nesterov, amsgrad, centered;
   if (!r->Get(&kind)) return false;
   for (double* v : {&o->momentum, &o->initial_accumulator_value, &o->epsilon, &o->beta_1, &o->beta_2,
                     &o->learning_rate_power, &o->l1_regularization_strength, &o->l2_regularization_strength,
-                    &o->l2_shrinkage_regularization_strength, &o->beta})
+                    &o->l2_shrinkage_regularization_strength, &o->beta, &o->rho, &o->weight_decay})
     if (!r->Get(v)) return false;
-  if (!r->Get(&nesterov) || !r->Get(&amsgrad)) return false;
+  if (!r->Get(&nesterov) || !r->Get(&amsgrad) || !r->Get(&centered) || !r->Get(&o->external_slots))
+    return false;
   o->kind = static_cast<embedding::OptimizerKind>(kind);
   o->nesterov = nesterov != 0;
   o->amsgrad = amsgrad != 0;
+  o->centered = centered != 0;
   return true;
 }
 

@@ -9,10 +9,12 @@ and `predict`, then reports every number the test compares.
 Environment: MODE=hybrid|reference (reference: one process, no strategy,
 the same global batches), CKPT=<folder>: after training, save a
 `tf.train.Checkpoint` there (every worker); MODE=restore: build the model
-under HybridStrategy, restore CKPT and report the table's rows.
+under HybridStrategy, restore CKPT and report the table's rows. OPTIMIZER,
+LR, OPTIMIZER_ARGS (JSON): the model's optimizer (Adagrad(0.3) by default).
 The tables start at zeros, the dense layers from fixed seeds, so every mode
 starts from the same weights. Adagrad: lazy sparse updates equal dense ones.
 """
+import json
 import os
 
 import keras
@@ -59,7 +61,9 @@ with strategy.scope():
     outputs = keras.layers.Dense(1, activation="sigmoid",
                                  kernel_initializer=keras.initializers.GlorotUniform(seed=7))(hidden)
     model = keras.Model(inputs, outputs)
-    model.compile(keras.optimizers.Adagrad(0.3), "binary_crossentropy", metrics=["accuracy"])
+    optimizer = getattr(keras.optimizers, os.environ.get("OPTIMIZER", "Adagrad"))(
+        float(os.environ.get("LR", "0.3")), **json.loads(os.environ.get("OPTIMIZER_ARGS", "{}")))
+    model.compile(optimizer, "binary_crossentropy", metrics=["accuracy"])
 every_id = np.arange(ROWS)[:, None].repeat(3, axis=1)  # mean of three copies of a row: the row
 every_user = np.arange(USERS)[:, None]
 

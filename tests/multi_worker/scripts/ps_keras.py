@@ -2,6 +2,8 @@
 
 Environment: MODE=ps|reference (reference: one process, no strategy, local
 tables, the same global batch), OPTIMIZER (a Keras optimizer class name),
+OPTIMIZER_ARGS (JSON: its other keyword arguments), EVERY_ROW=1 (every global
+batch names every row: a lazy sparse rule then equals Keras's dense one),
 EPOCHS, PS_MODE (sync|async), DYNAMIC=1 (a dynamic table fed hashed ids),
 BAD_ID=1 (first look up an id out of range and report the error), DIE_RANK
 (that worker exits abruptly after its first epoch), LR, DENSE=servers|workers (where
@@ -28,6 +30,8 @@ ROWS, GLOBAL_BATCH = 40, 32
 
 rs = np.random.RandomState(0)
 ids = rs.randint(0, ROWS, (256, 3)).astype("int64")
+if os.environ.get("EVERY_ROW") == "1":  # 32 examples name rows 0-31 and 32-39
+    ids[:, 0], ids[:, 1] = np.arange(256) % 32, 32 + np.arange(256) % 8
 labels = ((ids[:, 0] % 2) == 0).astype("float32")[:, None]
 if DYNAMIC:  # hashed-feature ids: anywhere in int64, negative included
     ids = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
@@ -49,7 +53,7 @@ with strategy.scope():
                                  kernel_initializer=keras.initializers.GlorotUniform(seed=7))(hidden)
     model = keras.Model(inputs, outputs)
     optimizer = getattr(keras.optimizers, os.environ.get("OPTIMIZER", "Adagrad"))(
-        float(os.environ.get("LR", "0.5")))
+        float(os.environ.get("LR", "0.5")), **json.loads(os.environ.get("OPTIMIZER_ARGS", "{}")))
     model.compile(optimizer, "binary_crossentropy", metrics=["accuracy"])
 
 bad_id_error = None
