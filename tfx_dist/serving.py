@@ -63,6 +63,8 @@ def to_plain_model(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_
     except ValueError as e:
         raise ValueError(f"to_plain_model copies functional and Sequential models: {e}") from None
     for layer in model.layers:
+        if not layer.weights:  # nothing to copy (the clone may rename an unnamed Input)
+            continue
         target = plain.get_layer(layer.name)
         if isinstance(layer, ShardedEmbedding):
             target.set_weights([table_rows(layer)])
