@@ -10,13 +10,14 @@ copies it into a model of Keras's own layers, each table an ordinary
 copy with `keras.Model.export`: a SavedModel that `tf.saved_model.load` and
 TensorFlow Serving read in a process without tfx_dist or its op libraries.
 
-Supported: functional and Sequential models; tables of fixed size
-(``input_dim``) whose rows fit in this process's memory (``max_table_bytes``);
-dense ids (with a combiner: ``(batch, ids per example)``). Not done: dynamic
-tables (``input_dim=None``: no id range for an Embedding; serve them from a
-checkpoint with the job's servers, or in one process with a local dynamic
-table), tables larger than one process's memory, ragged or sparse ids, and
-subclassed models.
+Supported: functional and Sequential models (copied); subclassed models
+(exported as they are, each table's lookup swapped for a gather from a copy of
+its rows while `keras.Model.export` traces it: `served_tables`); tables of
+fixed size (``input_dim``) whose rows fit in this process's memory
+(``max_table_bytes``); in copies, dense ids (with a combiner: ``(batch, ids per
+example)``). Refused, with the table named: dynamic tables (``input_dim=None``:
+no id range to copy; serve them from a checkpoint with the job's servers, or in
+one process with a local dynamic table) and tables over ``max_table_bytes``.
 
 Call both on every worker of a job (tables sharded over the workers read
 their rows together); every worker gets the same plain model, and only the
@@ -25,12 +26,14 @@ chief writes the export.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from tfx_dist.layers import row_ops
 from tfx_dist.layers.sharded_embedding import ShardedEmbedding
 from tfx_dist.tables import keras_file
 
@@ -74,13 +77,72 @@ def to_plain_model(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_
 
 
 def export_for_serving(model: keras.Model, path: str, max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES):
-    """Exports `to_plain_model(model)` as a SavedModel at ``path`` (`keras.Model.export`, endpoint
-    ``serve``); the chief writes it. Returns the plain model. Raises as `to_plain_model`."""
-    plain = to_plain_model(model, max_table_bytes)
+    """Exports ``model`` for serving as a SavedModel at ``path`` (`keras.Model.export`, endpoint
+    ``serve``) that needs neither tfx_dist nor a live job; the chief writes it.
+
+    A functional or Sequential model is exported as `to_plain_model(model)`, which is returned; a
+    subclassed model is exported itself, under `served_tables`, and returned. Call it outside
+    ``strategy.scope()``, on every worker. Raises as `to_plain_model` (a subclassed model's
+    tables are checked the same way, combiners and ragged ids aside: its own layers trace them).
+    """
     strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
-    if getattr(strategy.extended, "should_checkpoint", True):
-        plain.export(path, verbose=False)
-    return plain
+    writes = getattr(strategy.extended, "should_checkpoint", True)
+    if _is_copyable_graph(model):
+        plain = to_plain_model(model, max_table_bytes)
+        if writes:
+            with row_ops.tensorflow_ops_only():
+                plain.export(path, verbose=False)
+        return plain
+    with served_tables(model, max_table_bytes):
+        if writes:
+            with row_ops.tensorflow_ops_only():
+                model.export(path, verbose=False)
+    return model
+
+
+@contextlib.contextmanager
+def served_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES):
+    """Within it, each `ShardedEmbedding` of ``model`` looks its rows up in a copy of them, a
+    plain `tf.Variable` (a gather: no op of tfx_dist's, nothing bound to the job); its own table is
+    back afterwards. Reads every row on entry (a collective for tables sharded over workers)."""
+    layers = [layer for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)]
+    for layer in layers:
+        _check_copyable(layer, max_table_bytes, combined_here=False)
+    originals = [(layer, layer.table) for layer in layers]
+    try:
+        for layer in layers:
+            _set_table(layer, _ServedRows(layer.name, table_rows(layer)))
+        yield
+    finally:
+        for layer, table in originals:
+            _set_table(layer, table)
+
+
+class _ServedRows(tf.Module):
+    """A table's rows for serving: a gather from one variable."""
+
+    def __init__(self, name: str, rows: np.ndarray):
+        super().__init__(name=f"{name}_served_rows")
+        with tf.init_scope():
+            self.rows = tf.Variable(rows, trainable=False, name="rows")
+
+    def lookup(self, unique_ids):
+        return tf.gather(self.rows, unique_ids)
+
+
+def _set_table(layer, table) -> None:
+    tracker = getattr(layer, "_tracker", None)
+    locked = bool(getattr(tracker, "locked", False))
+    if locked:
+        tracker.unlock()  # Keras locks a built layer's state; this is not a new weight
+    layer.table = table
+    if locked:
+        tracker.lock()
+
+
+def _is_copyable_graph(model) -> bool:
+    """Functional and Sequential models (`keras.models.clone_model` copies them)."""
+    return isinstance(model, keras.Sequential) or hasattr(model, "_nodes_by_depth")
 
 
 def table_rows(layer: ShardedEmbedding) -> np.ndarray:
@@ -94,7 +156,7 @@ def table_rows(layer: ShardedEmbedding) -> np.ndarray:
     return rows
 
 
-def _check_copyable(layer: ShardedEmbedding, max_table_bytes: int) -> None:
+def _check_copyable(layer: ShardedEmbedding, max_table_bytes: int, combined_here: bool = True) -> None:
     if layer.input_dim is None:
         raise ValueError(
             f"ShardedEmbedding '{layer.name}' is a dynamic table (input_dim=None): it has no id range "
@@ -107,7 +169,7 @@ def _check_copyable(layer: ShardedEmbedding, max_table_bytes: int) -> None:
             f"max_table_bytes={max_table_bytes:,}: to_plain_model copies every row into this "
             "process's memory (twice). Raise max_table_bytes if it fits; a table larger than one "
             "process's memory cannot be served by a plain model.")
-    if layer.combiner is not None:
+    if layer.combiner is not None and combined_here:
         _ids_per_example(layer)
 
 
