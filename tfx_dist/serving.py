@@ -59,8 +59,7 @@ def to_plain_model(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_
         another shape than ``(batch, ids per example)``, or a subclassed model.
     """
     tables = {layer.name: layer for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)}
-    for layer in tables.values():
-        _check_copyable(layer, max_table_bytes)
+    _check_copyable_all(list(tables.values()), max_table_bytes)
     try:
         plain = keras.models.clone_model(model, clone_function=_plain_layer)
     except ValueError as e:
@@ -106,8 +105,7 @@ def served_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_B
     plain `tf.Variable` (a gather: no op of tfx_dist's, nothing bound to the job); its own table is
     back afterwards. Reads every row on entry (a collective for tables sharded over workers)."""
     layers = [layer for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)]
-    for layer in layers:
-        _check_copyable(layer, max_table_bytes, combined_here=False)
+    _check_copyable_all(layers, max_table_bytes, combined_here=False)
     originals = [(layer, layer.table) for layer in layers]
     try:
         for layer in layers:
@@ -156,21 +154,47 @@ def table_rows(layer: ShardedEmbedding) -> np.ndarray:
     return rows
 
 
-def _check_copyable(layer: ShardedEmbedding, max_table_bytes: int, combined_here: bool = True) -> None:
-    if layer.input_dim is None:
+def servable_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES) -> dict:
+    """Which of ``model``'s `ShardedEmbedding` tables serving folds into plain weights.
+
+    Returns ``{layer name: None}`` for a table that becomes plain weights, ``{layer name: why
+    not}`` for one that does not (a dynamic table, one over ``max_table_bytes``), in layer order.
+    Reads no rows.
+    """
+    return {layer.name: _refusal(layer, max_table_bytes)
+            for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)}
+
+
+def _check_copyable_all(layers, max_table_bytes: int, combined_here: bool = True) -> None:
+    """Raises one ValueError naming every table serving cannot fold, and those it can."""
+    refused = {layer.name: _refusal(layer, max_table_bytes) for layer in layers}
+    reasons = [why for why in refused.values() if why]
+    if reasons:
+        folded = [name for name, why in refused.items() if not why]
         raise ValueError(
-            f"ShardedEmbedding '{layer.name}' is a dynamic table (input_dim=None): it has no id range "
-            "to copy into a keras.layers.Embedding, which to_plain_model does not do. Serve it with "
-            "its servers, or in one process (a local dynamic table restored from a checkpoint).")
+            f"tfx_dist.serving folds {len(folded)} of {len(refused)} tables into plain weights "
+            f"({', '.join(repr(n) for n in folded) or 'none'}); not these: " + " ".join(reasons))
+    for layer in layers:
+        if layer.combiner is not None and combined_here:
+            _ids_per_example(layer)
+
+
+def _refusal(layer: ShardedEmbedding, max_table_bytes: int) -> str | None:
+    """Why ``layer``'s table cannot become plain weights, or None."""
+    if layer.input_dim is None:
+        where = getattr(getattr(layer.table, "placement", None), "value", "not built")
+        return (f"ShardedEmbedding '{layer.name}' ({where}) is a dynamic table "
+                f"(input_dim=None, rows of {layer.output_dim} floats created on first lookup): it has "
+                "no id range to copy into plain weights, and the initial rows of ids it has not seen "
+                "are computed by tfx_dist's store, which plain TensorFlow cannot do. Serve it with "
+                "its servers, or in one process (a local dynamic table restored from a checkpoint).")
     size = layer.input_dim * layer.output_dim * 4
     if size > max_table_bytes:
-        raise ValueError(
-            f"ShardedEmbedding '{layer.name}' holds {size:,} bytes of rows, more than "
-            f"max_table_bytes={max_table_bytes:,}: to_plain_model copies every row into this "
-            "process's memory (twice). Raise max_table_bytes if it fits; a table larger than one "
-            "process's memory cannot be served by a plain model.")
-    if layer.combiner is not None and combined_here:
-        _ids_per_example(layer)
+        return (f"ShardedEmbedding '{layer.name}' ({layer.input_dim:,} x {layer.output_dim}) holds "
+                f"{size:,} bytes of rows, more than max_table_bytes={max_table_bytes:,}: serving copies "
+                "every row into this process's memory (twice). Raise max_table_bytes if it fits; a "
+                "table larger than one process's memory cannot be served by a plain model.")
+    return None
 
 
 def _ids_per_example(layer: ShardedEmbedding) -> int:
