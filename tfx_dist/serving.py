@@ -10,13 +10,14 @@ copies it into a model of Keras's own layers, each table an ordinary
 copy with `keras.Model.export`: a SavedModel that `tf.saved_model.load` and
 TensorFlow Serving read in a process without tfx_dist or its op libraries.
 
-Supported: functional and Sequential models; tables of fixed size
-(``input_dim``) whose rows fit in this process's memory (``max_table_bytes``);
-dense ids (with a combiner: ``(batch, ids per example)``). Not done: dynamic
-tables (``input_dim=None``: no id range for an Embedding; serve them from a
-checkpoint with the job's servers, or in one process with a local dynamic
-table), tables larger than one process's memory, ragged or sparse ids, and
-subclassed models.
+Supported: functional and Sequential models (copied); subclassed models
+(exported as they are, each table's lookup swapped for a gather from a copy of
+its rows while `keras.Model.export` traces it: `served_tables`); tables of
+fixed size (``input_dim``) whose rows fit in this process's memory
+(``max_table_bytes``); in copies, dense ids (with a combiner: ``(batch, ids per
+example)``). Refused, with the table named: dynamic tables (``input_dim=None``:
+no id range to copy; serve them from a checkpoint with the job's servers, or in
+one process with a local dynamic table) and tables over ``max_table_bytes``.
 
 Call both on every worker of a job (tables sharded over the workers read
 their rows together); every worker gets the same plain model, and only the
@@ -25,12 +26,14 @@ chief writes the export.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from tfx_dist.layers import row_ops
 from tfx_dist.layers.sharded_embedding import ShardedEmbedding
 from tfx_dist.tables import keras_file
 
@@ -56,13 +59,14 @@ def to_plain_model(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_
         another shape than ``(batch, ids per example)``, or a subclassed model.
     """
     tables = {layer.name: layer for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)}
-    for layer in tables.values():
-        _check_copyable(layer, max_table_bytes)
+    _check_copyable_all(list(tables.values()), max_table_bytes)
     try:
         plain = keras.models.clone_model(model, clone_function=_plain_layer)
     except ValueError as e:
         raise ValueError(f"to_plain_model copies functional and Sequential models: {e}") from None
     for layer in model.layers:
+        if not layer.weights:  # nothing to copy (the clone may rename an unnamed Input)
+            continue
         target = plain.get_layer(layer.name)
         if isinstance(layer, ShardedEmbedding):
             target.set_weights([table_rows(layer)])
@@ -72,13 +76,71 @@ def to_plain_model(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_
 
 
 def export_for_serving(model: keras.Model, path: str, max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES):
-    """Exports `to_plain_model(model)` as a SavedModel at ``path`` (`keras.Model.export`, endpoint
-    ``serve``); the chief writes it. Returns the plain model. Raises as `to_plain_model`."""
-    plain = to_plain_model(model, max_table_bytes)
+    """Exports ``model`` for serving as a SavedModel at ``path`` (`keras.Model.export`, endpoint
+    ``serve``) that needs neither tfx_dist nor a live job; the chief writes it.
+
+    A functional or Sequential model is exported as `to_plain_model(model)`, which is returned; a
+    subclassed model is exported itself, under `served_tables`, and returned. Call it outside
+    ``strategy.scope()``, on every worker. Raises as `to_plain_model` (a subclassed model's
+    tables are checked the same way, combiners and ragged ids aside: its own layers trace them).
+    """
     strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
-    if getattr(strategy.extended, "should_checkpoint", True):
-        plain.export(path, verbose=False)
-    return plain
+    writes = getattr(strategy.extended, "should_checkpoint", True)
+    if _is_copyable_graph(model):
+        plain = to_plain_model(model, max_table_bytes)
+        if writes:
+            with row_ops.tensorflow_ops_only():
+                plain.export(path, verbose=False)
+        return plain
+    with served_tables(model, max_table_bytes):
+        if writes:
+            with row_ops.tensorflow_ops_only():
+                model.export(path, verbose=False)
+    return model
+
+
+@contextlib.contextmanager
+def served_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES):
+    """Within it, each `ShardedEmbedding` of ``model`` looks its rows up in a copy of them, a
+    plain `tf.Variable` (a gather: no op of tfx_dist's, nothing bound to the job); its own table is
+    back afterwards. Reads every row on entry (a collective for tables sharded over workers)."""
+    layers = [layer for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)]
+    _check_copyable_all(layers, max_table_bytes, combined_here=False)
+    originals = [(layer, layer.table) for layer in layers]
+    try:
+        for layer in layers:
+            _set_table(layer, _ServedRows(layer.name, table_rows(layer)))
+        yield
+    finally:
+        for layer, table in originals:
+            _set_table(layer, table)
+
+
+class _ServedRows(tf.Module):
+    """A table's rows for serving: a gather from one variable."""
+
+    def __init__(self, name: str, rows: np.ndarray):
+        super().__init__(name=f"{name}_served_rows")
+        with tf.init_scope():
+            self.rows = tf.Variable(rows, trainable=False, name="rows")
+
+    def lookup(self, unique_ids):
+        return tf.gather(self.rows, unique_ids)
+
+
+def _set_table(layer, table) -> None:
+    tracker = getattr(layer, "_tracker", None)
+    locked = bool(getattr(tracker, "locked", False))
+    if locked:
+        tracker.unlock()  # Keras locks a built layer's state; this is not a new weight
+    layer.table = table
+    if locked:
+        tracker.lock()
+
+
+def _is_copyable_graph(model) -> bool:
+    """Functional and Sequential models (`keras.models.clone_model` copies them)."""
+    return isinstance(model, keras.Sequential) or hasattr(model, "_nodes_by_depth")
 
 
 def table_rows(layer: ShardedEmbedding) -> np.ndarray:
@@ -92,21 +154,47 @@ def table_rows(layer: ShardedEmbedding) -> np.ndarray:
     return rows
 
 
-def _check_copyable(layer: ShardedEmbedding, max_table_bytes: int) -> None:
-    if layer.input_dim is None:
+def servable_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES) -> dict:
+    """Which of ``model``'s `ShardedEmbedding` tables serving folds into plain weights.
+
+    Returns ``{layer name: None}`` for a table that becomes plain weights, ``{layer name: why
+    not}`` for one that does not (a dynamic table, one over ``max_table_bytes``), in layer order.
+    Reads no rows.
+    """
+    return {layer.name: _refusal(layer, max_table_bytes)
+            for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)}
+
+
+def _check_copyable_all(layers, max_table_bytes: int, combined_here: bool = True) -> None:
+    """Raises one ValueError naming every table serving cannot fold, and those it can."""
+    refused = {layer.name: _refusal(layer, max_table_bytes) for layer in layers}
+    reasons = [why for why in refused.values() if why]
+    if reasons:
+        folded = [name for name, why in refused.items() if not why]
         raise ValueError(
-            f"ShardedEmbedding '{layer.name}' is a dynamic table (input_dim=None): it has no id range "
-            "to copy into a keras.layers.Embedding, which to_plain_model does not do. Serve it with "
-            "its servers, or in one process (a local dynamic table restored from a checkpoint).")
+            f"tfx_dist.serving folds {len(folded)} of {len(refused)} tables into plain weights "
+            f"({', '.join(repr(n) for n in folded) or 'none'}); not these: " + " ".join(reasons))
+    for layer in layers:
+        if layer.combiner is not None and combined_here:
+            _ids_per_example(layer)
+
+
+def _refusal(layer: ShardedEmbedding, max_table_bytes: int) -> str | None:
+    """Why ``layer``'s table cannot become plain weights, or None."""
+    if layer.input_dim is None:
+        where = getattr(getattr(layer.table, "placement", None), "value", "not built")
+        return (f"ShardedEmbedding '{layer.name}' ({where}) is a dynamic table "
+                f"(input_dim=None, rows of {layer.output_dim} floats created on first lookup): it has "
+                "no id range to copy into plain weights, and the initial rows of ids it has not seen "
+                "are computed by tfx_dist's store, which plain TensorFlow cannot do. Serve it with "
+                "its servers, or in one process (a local dynamic table restored from a checkpoint).")
     size = layer.input_dim * layer.output_dim * 4
     if size > max_table_bytes:
-        raise ValueError(
-            f"ShardedEmbedding '{layer.name}' holds {size:,} bytes of rows, more than "
-            f"max_table_bytes={max_table_bytes:,}: to_plain_model copies every row into this "
-            "process's memory (twice). Raise max_table_bytes if it fits; a table larger than one "
-            "process's memory cannot be served by a plain model.")
-    if layer.combiner is not None:
-        _ids_per_example(layer)
+        return (f"ShardedEmbedding '{layer.name}' ({layer.input_dim:,} x {layer.output_dim}) holds "
+                f"{size:,} bytes of rows, more than max_table_bytes={max_table_bytes:,}: serving copies "
+                "every row into this process's memory (twice). Raise max_table_bytes if it fits; a "
+                "table larger than one process's memory cannot be served by a plain model.")
+    return None
 
 
 def _ids_per_example(layer: ShardedEmbedding) -> int:

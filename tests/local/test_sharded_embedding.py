@@ -135,7 +135,10 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="combiner"):
         ShardedEmbedding(10, 4)(tf.ragged.constant([[1], [2, 3]]))
     with pytest.raises(TypeError, match="integer ids"):
-        ShardedEmbedding(10, 4)(np.array([[1.5]]))
+        ShardedEmbedding(10, 4)(tf.constant([["1"]]))
+    # Float ids are cast, as keras.layers.Embedding does (Keras traces subclassed models in float).
+    layer = ShardedEmbedding(10, 4)
+    np.testing.assert_array_equal(layer(np.array([[3.0]])), layer(np.array([[3]])))
 
 
 def _click_model(strategy=None, optimizer=None):

@@ -71,8 +71,9 @@ def test_multi_worker_numpy_input_and_saves(tmp_path):
 def test_parameter_servers_take_what_keras_users_feed(tmp_path):
     """String features (StringLookup, Hashing), ragged multi-hot ids, a global batch of 33 over
     2 workers (equal to one process), a subclassed model whose server table takes Keras's
-    Embedding arguments; NumPy input once per epoch; TensorFlow's variable_partitioner accepted
-    and a plain Embedding it would split named in a warning."""
+    Embedding arguments; NumPy input once per epoch; TensorFlow's variable_partitioner makes a
+    plain Embedding it splits a server table (equal to ShardedEmbedding and to one process,
+    saved and served as one), a small one stays a Keras variable, and no warning."""
     a, b = _run(tmp_path, "ps", num_ps=1)
     _check_every_example_once_per_epoch(a, b)
     for r in (a, b):
@@ -82,5 +83,18 @@ def test_parameter_servers_take_what_keras_users_feed(tmp_path):
     np.testing.assert_array_equal(a["features_weights"][0], b["features_weights"][0])
     # he_normal on the servers: N(0, 2 / 40) truncated, moved a little by training.
     assert 0.1 < a["he_normal_std"] < 0.4, a["he_normal_std"]
-    (warning,) = a["plain_embedding_warnings"]  # the large one only
-    assert "'plain_items'" in warning and "ShardedEmbedding(100, 8" in warning, warning
+    _check_partitioned_embedding(a)
+
+
+def _check_partitioned_embedding(r):
+    assert r["plain_embedding_warnings"] == []  # the partitioner decided: nothing to warn about
+    is_embedding, is_sharded, placement, small_class, small_weights = r["partitioned_kinds"]
+    assert is_embedding and is_sharded and placement == "on_servers", r["partitioned_kinds"]
+    assert small_class == "Embedding" and small_weights == ["colors/embeddings"], small_weights
+    assert r["partitioned_loss"][-1] < 0.7 * r["partitioned_loss"][0], r["partitioned_loss"]
+    np.testing.assert_allclose(r["partitioned_loss"], r["sharded_loss"], rtol=1e-5)
+    np.testing.assert_allclose(r["partitioned_loss"], r["one_process_loss"], rtol=1e-3, atol=2e-5)
+    np.testing.assert_allclose(r["partitioned_predictions"], r["sharded_predictions"], rtol=1e-5, atol=1e-6)
+    assert r["loaded_kind"] == "ShardedEmbedding"
+    for key in ("loaded_predictions", "served_predictions"):
+        np.testing.assert_allclose(r[key], r["partitioned_predictions"], rtol=1e-5, atol=1e-6)

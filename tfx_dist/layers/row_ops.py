@@ -11,7 +11,9 @@ only), use TensorFlow's ``unsorted_segment_sum``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 
 import tensorflow as tf
 
@@ -23,11 +25,26 @@ def _cpu_only() -> bool:
     return not tf.config.list_logical_devices("GPU")
 
 
+_plain = threading.local()
+
+
+@contextlib.contextmanager
+def tensorflow_ops_only():
+    """Within it, traced functions use TensorFlow's ops only (a SavedModel for plain TensorFlow)."""
+    before = getattr(_plain, "active", False)
+    _plain.active = True
+    try:
+        yield
+    finally:
+        _plain.active = before
+
+
 def sum_rows_by_index(rows, index, num_segments):
     """``tf.math.unsorted_segment_sum(rows, index, num_segments)`` of 2-D rows, with every
     index in ``[0, num_segments)`` (differentiable in ``rows``)."""
     rows = tf.convert_to_tensor(rows)
-    if rows.dtype != tf.float32 or rows.shape.rank != 2 or not _cpu_only():
+    if (rows.dtype != tf.float32 or rows.shape.rank != 2 or not _cpu_only()
+            or getattr(_plain, "active", False)):
         return tf.math.unsorted_segment_sum(rows, index, num_segments)
     return _ops.load_op_library("_ps_ops").tfx_sum_rows_by_index(
         rows, index, tf.cast(num_segments, index.dtype))

@@ -176,7 +176,9 @@ def _flatten(inputs, combiner):
         return (tf.cast(inputs.flat_values, tf.int64), inputs.value_rowids(), inputs.nrows(),
                 None)
     ids = tf.convert_to_tensor(inputs)
-    if not ids.dtype.is_integer:
+    if ids.dtype.is_floating:  # as keras.layers.Embedding (Keras traces subclassed models in float)
+        ids = tf.cast(ids, tf.int64)
+    elif not ids.dtype.is_integer:
         raise TypeError(f"ShardedEmbedding expects integer ids. Received: dtype={ids.dtype.name}")
     ids = tf.cast(ids, tf.int64)
     id_shape = tf.shape(ids, out_type=tf.int64)

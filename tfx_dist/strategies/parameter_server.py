@@ -39,7 +39,7 @@ from tfx_dist.strategies.multi_worker_mirrored import (MultiWorkerMirroredExtend
 from tfx_dist.parameter_server import _native, server
 from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib
-from tfx_dist.strategies import plain_embeddings
+from tfx_dist.strategies import partitioned_embeddings, plain_embeddings
 from tfx_dist.tables.on_servers import RemoteTable
 from tfx_dist.tables import gradients as table_gradients
 from tfx_dist.tables.protocol import TableHost
@@ -87,9 +87,15 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
         self._tables.append(table)
         return table
 
-    def plain_embedding_built(self, layer) -> None:
-        """A `keras.layers.Embedding` was built in scope: it stays replicated (say so if large)."""
-        plain_embeddings.warn_if_large(layer, self._variable_partitioner)
+    def plain_embedding_building(self, layer) -> bool:
+        """A `keras.layers.Embedding` is being built in scope: a table on the servers if the
+        partitioner splits it (True: built), else replicated (False; a warning if large)."""
+        if partitioned_embeddings.shards_wanted(layer, self._variable_partitioner) > 1:
+            partitioned_embeddings.make_server_table(layer)
+            return True
+        if self._variable_partitioner is None:
+            plain_embeddings.warn_if_large(layer)
+        return False
 
     def push_table_gradients(self, optimizer, grads, variables, learning_rate):
         """Pushes the gradients of tables to the servers; returns the other (grad, var) lists.
@@ -235,11 +241,13 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
         optimizer applies them) or ``"servers"`` (spread over the servers by
         size, their optimizer applies them; workers push gradients and pull
         weights each step; ``mode="sync"`` only).
-      variable_partitioner: as TensorFlow's (``MinSizePartitioner`` ...), for
-        programs written for it: a `keras.layers.Embedding` it would split stays
-        replicated on the workers, with a warning naming the layer
-        (`tfx_dist.layers.ShardedEmbedding` puts a table on the servers).
-        Without it, the warning comes from ``TFX_HYBRID_SHARD_MIN_BYTES`` up.
+      variable_partitioner: as TensorFlow's (``MinSizePartitioner``,
+        ``MaxSizePartitioner``, ``FixedShardsPartitioner``), for programs written
+        for it: a `keras.layers.Embedding` it splits into several shards becomes a
+        table on the servers, as a `tfx_dist.layers.ShardedEmbedding` with the same
+        arguments (`strategies.partitioned_embeddings`); other variables are as
+        without it. Without a partitioner, a replicated `keras.layers.Embedding`
+        of ``TFX_HYBRID_SHARD_MIN_BYTES`` or more gets a warning saying how to shard it.
       devices, timeout_s: as for `tfx_dist.MultiWorkerMirroredStrategy`.
 
     Raises:

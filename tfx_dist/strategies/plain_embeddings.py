@@ -1,19 +1,18 @@
-"""A plain `keras.layers.Embedding` under parameter servers is not silent.
+"""A plain `keras.layers.Embedding` under parameter servers: sharded, or not silently replicated.
 
 Programs written for TensorFlow's ``ParameterServerStrategy(variable_partitioner=...)``
 expect large embedding tables to be sharded over the servers with no change to
-the model. tfx_dist keeps a ``keras.layers.Embedding`` a Keras variable (Keras's
-layer reads its whole table each step, so it cannot live on servers): a full
-copy on every worker, its gradient all-reduced. So when one is built under a
-strategy with parameter servers, and either the strategy's
-``variable_partitioner`` would split it or it is at least
+the model. When the strategy's ``variable_partitioner`` splits a
+``keras.layers.Embedding``, the layer becomes a table on the servers
+(`partitioned_embeddings`). Otherwise it stays a Keras variable: a full copy on
+every worker, its gradient all-reduced; if it is at least
 ``TFX_HYBRID_SHARD_MIN_BYTES`` (the size from which `tfx_dist.HybridStrategy`
-shards a table), a warning names the layer, its size, and the one-line change
-that puts it on the servers: `tfx_dist.layers.ShardedEmbedding` with the same
-arguments.
+shards a table), a warning, once per layer, names the layer, its size, and the
+two ways to put it on the servers.
 
 `install` wraps ``keras.layers.Embedding.build`` (a public method) once; the
-strategy in scope decides, through its extended's ``plain_embedding_built``.
+strategy in scope decides, through its extended's ``plain_embedding_building``,
+before Keras creates the table's variable.
 """
 
 from __future__ import annotations
@@ -45,31 +44,27 @@ def install() -> None:
 
         @functools.wraps(build)
         def build_and_tell_strategy(self, *args, **kwargs):
+            building = getattr(tf.distribute.get_strategy().extended, "plain_embedding_building", None)
+            if building is not None and building(self):
+                return  # the strategy built it (a table of its own)
             build(self, *args, **kwargs)
-            seen = getattr(tf.distribute.get_strategy().extended, "plain_embedding_built", None)
-            if seen is not None:
-                seen(self)
 
         keras.layers.Embedding.build = build_and_tell_strategy
         _installed = True
 
 
-def warn_if_large(layer, variable_partitioner=None) -> None:
-    """Warns (once per layer) if ``layer`` would be sharded by TensorFlow's strategy, or is large."""
-    shape = tf.TensorShape([layer.input_dim, layer.output_dim])
+def warn_if_large(layer) -> None:
+    """Warns (once per layer) if ``layer``, replicated, is at least ``TFX_HYBRID_SHARD_MIN_BYTES``."""
     size = layer.input_dim * layer.output_dim * 4
-    if variable_partitioner is not None:
-        shards = int(variable_partitioner(shape, tf.float32)[0])
-        why = f"variable_partitioner splits it into {shards} shards" if shards > 1 else None
-    else:
-        threshold = settings.get("TFX_HYBRID_SHARD_MIN_BYTES")
-        why = f"it is at least TFX_HYBRID_SHARD_MIN_BYTES ({threshold})" if size >= threshold else None
-    if why is None or getattr(layer, "_tfx_warned_replicated", False):
+    threshold = settings.get("TFX_HYBRID_SHARD_MIN_BYTES")
+    if size < threshold or getattr(layer, "_tfx_warned_replicated", False):
         return
     layer._tfx_warned_replicated = True  # pylint: disable=protected-access
     warnings.warn(
         f"tfx_dist: keras.layers.Embedding '{layer.name}' ({layer.input_dim} x {layer.output_dim}, "
-        f"{size} bytes) is replicated on every worker with its gradient all-reduced, not sharded "
-        f"over the parameter servers, although {why}. To shard it, use "
-        f"tfx_dist.layers.ShardedEmbedding({layer.input_dim}, {layer.output_dim}, ...) with the "
-        "same arguments.", ReplicatedEmbeddingWarning, stacklevel=3)
+        f"{size:,} bytes, at least TFX_HYBRID_SHARD_MIN_BYTES={threshold:,}) is replicated on every "
+        "worker with its gradient all-reduced, not sharded over the parameter servers. To shard it, "
+        "give the strategy a partitioner, as for TensorFlow's: tfx_dist.ParameterServerStrategy("
+        "variable_partitioner=tf.distribute.experimental.partitioners.MinSizePartitioner()), or use "
+        f"tfx_dist.layers.ShardedEmbedding({layer.input_dim}, {layer.output_dim}, ...) with the same "
+        "arguments.", ReplicatedEmbeddingWarning, stacklevel=3)

@@ -211,12 +211,48 @@ history = subclassed.fit(ids, (ids[:, :1] % 3).astype("float32"), batch_size=16,
 result["subclassed_loss"] = history.history["loss"]
 result["he_normal_std"] = float(np.std(subclassed.table(np.arange(1, 40)[:, None]).numpy()))
 
-# A plain keras.layers.Embedding that TensorFlow's partitioner would split: a warning naming it.
+# A plain keras.layers.Embedding that TensorFlow's partitioner splits: a table on the servers,
+# trained, saved and served as the same model with ShardedEmbedding, and as one process.
+plain_x = rs.randint(0, 100, (64, 2)).astype("int64")
+plain_y = ((plain_x[:, :1] % 5) / 4.0).astype("float32")
+
+
+def items_model(embedding_class, small_class=keras.layers.Embedding):
+    ids = keras.Input((2,), dtype="int64")
+    items = embedding_class(100, 8, embeddings_initializer="zeros", name="items")(ids)  # 2 shards
+    colors = small_class(10, 4, embeddings_initializer="zeros", name="colors")(ids % 10)  # 1 shard
+    x = keras.layers.Concatenate()([keras.layers.Flatten()(items), keras.layers.Flatten()(colors)])
+    model = keras.Model(ids, keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(
+        seed=3))(x))
+    model.compile(keras.optimizers.Adagrad(0.3), "mse")
+    return model
+
+
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     with strategy.scope():
-        keras.layers.Embedding(100, 8, name="plain_items").build((None,))  # 3,200 bytes: 2 shards
-        keras.layers.Embedding(10, 4, name="plain_colors").build((None,))  # 160 bytes: 1 shard
+        partitioned = items_model(keras.layers.Embedding)
+        sharded = items_model(tfx_dist.layers.ShardedEmbedding)
 result["plain_embedding_warnings"] = [str(w.message) for w in caught
                                       if "keras.layers.Embedding" in str(w.message)]
+items, colors = partitioned.get_layer("items"), partitioned.get_layer("colors")
+result["partitioned_kinds"] = [isinstance(items, keras.layers.Embedding),
+                               isinstance(items, tfx_dist.layers.ShardedEmbedding),
+                               items.table.placement.value, type(colors).__name__,
+                               [w.path for w in colors.weights]]
+fit = dict(batch_size=16, epochs=3, shuffle=False, verbose=0)
+result["partitioned_loss"] = partitioned.fit(plain_x, plain_y, **fit).history["loss"]
+result["sharded_loss"] = sharded.fit(plain_x, plain_y, **fit).history["loss"]
+result["one_process_loss"] = items_model(keras.layers.Embedding).fit(plain_x, plain_y, **fit).history["loss"]
+probe = plain_x[:8]
+result["partitioned_predictions"] = partitioned.predict(probe, verbose=0).tolist()
+result["sharded_predictions"] = sharded.predict(probe, verbose=0).tolist()
+# Saved as a ShardedEmbedding: the file loads in a plain process's way (no strategy).
+keras_path = os.path.join(WORKDIR, "partitioned.keras")
+partitioned.save(keras_path)
+loaded = keras.models.load_model(keras_path)
+result["loaded_kind"] = type(loaded.get_layer("items")).__name__
+result["loaded_predictions"] = loaded.predict(probe, verbose=0).tolist()
+served = tfx_dist.serving.to_plain_model(partitioned)
+result["served_predictions"] = served.predict(probe, verbose=0).tolist()
 report(result)
