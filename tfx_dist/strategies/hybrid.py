@@ -156,7 +156,8 @@ class HybridStrategy(MultiWorkerMirroredStrategy):
 
     def run(self, fn, args=(), kwargs=None, options=None):
         """`tf.distribute.Strategy.run` (with parameter servers, then the end of the step there)."""
-        call = lambda: super(HybridStrategy, self).run(fn, args=args, kwargs=kwargs, options=options)
+        def call():
+            return super(HybridStrategy, self).run(fn, args=args, kwargs=kwargs, options=options)
         if isinstance(self.extended, ParameterServerExtended):
             return run_step_on_servers(self.extended, call)
         return call()

@@ -59,8 +59,8 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
         self._service = ServiceClient(info.rank, servers, info.num_workers,
                                       timeout_s=kwargs.get("timeout_s"),
                                       server_labels=[f"ps {s} ({a})" for s, a in enumerate(servers)])
-        self._ps_client = int(_native.lib().tfx_ps_client_create(self._service.handle, len(servers),
-                                                                  info.rank))
+        self._ps_client = int(_native.lib().tfx_ps_client_create(
+            self._service.handle, len(servers), info.rank))
         self._mode = mode
         self._tables: list[RemoteTable] = []
         self._table_ids = itertools.count()  # embedding and dense tables, in creation order

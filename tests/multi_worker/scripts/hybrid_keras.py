@@ -119,7 +119,6 @@ if communicator is not None:
                  - (before["collectives"] - before["allreduce_buckets"]))
 
 
-
 def alltoall_ops(function):
     """(all-to-all ops, those exempt from tf.function's chain of stateful ops) of its graphs:
     exempt ones may reach the runtime together and be fused."""
