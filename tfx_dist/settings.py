@@ -246,6 +246,9 @@ SETTINGS = {
         Setting("TFX_CHUNK_BYTES", 128 << 10, _Number(int, 1, 1 << 40),
                 "Pipelining granularity of the ring collectives: a received chunk is "
                 "forwarded as soon as it has been reduced."),
+        Setting("TFX_ALLOW_UNTESTED_TENSORFLOW", False, _Bool(),
+                "Run on a TensorFlow or Keras outside the tested range with a warning instead of "
+                "`UnsupportedTensorFlowError` (the tf-nightly report uses it; results unchecked)."),
     )
 }
 

@@ -10,6 +10,9 @@ import tensorflow as tf
 
 from tfx_dist import fused_reduce
 
+# The ops' own tests: part of the smoke set run on every supported TensorFlow minor.
+pytestmark = pytest.mark.smoke
+
 NUMPY_REDUCE = {
     "sum": lambda xs: np.sum(xs, axis=0),
     "min": lambda xs: np.min(xs, axis=0),
