@@ -3,7 +3,8 @@
 #
 #   scripts/compat.sh 2.19            # the smoke set (pytest -m smoke)
 #   scripts/compat.sh 2.21 full       # the whole suite
-#   scripts/compat.sh nightly         # the newest tf-nightly (scripts/nightly_report.py reads the log)
+#   scripts/compat.sh 2.19 none       # the environment and the ops only
+#   scripts/compat.sh nightly         # the newest tf-nightly (scripts/nightly_report.sh reads the log)
 #
 # The environment ($TFX_COMPAT_VENVS/tf<minor>, made once and reused) holds tensorflow-cpu of that
 # minor and the Keras 3 pip resolves for it. The tests run in a copy of the working tree under
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-MINOR=${1:?usage: scripts/compat.sh MINOR [smoke|full]  (MINOR: 2.17 ... 2.21, or nightly)}
+MINOR=${1:?usage: scripts/compat.sh MINOR [smoke|full|none]  (MINOR: 2.17 ... 2.21, or nightly)}
 SET=${2:-smoke}
 VENVS=${TFX_COMPAT_VENVS:-$ROOT/build/compat/venvs}
 VENV=$VENVS/tf$MINOR
@@ -35,7 +36,7 @@ timed() {  # timed STEP COMMAND...: runs it, appends "STEP SECONDS RC" to costs.
 }
 
 if [[ $MINOR == nightly ]]; then
-    REQUIREMENT=(tf-nightly-cpu)
+    REQUIREMENT=(tf-nightly)  # tf-nightly-cpu stopped at 2.22 dev builds
 else
     REQUIREMENT=("tensorflow-cpu==$MINOR.*")
 fi
@@ -44,7 +45,7 @@ install_env() {
     rm -rf "$VENV"
     nice "$PYTHON" -m venv "$VENV"
     # Keras is left to pip: the newest Keras 3 this TensorFlow accepts.
-    nice "$VENV/bin/pip" install -q --disable-pip-version-check "${REQUIREMENT[@]}" pytest scikit-learn
+    nice "$VENV/bin/pip" install -q --disable-pip-version-check "${REQUIREMENT[@]}" pytest scikit-learn wheel
     touch "$VENV/.complete"
 }
 
@@ -74,6 +75,10 @@ log "op libraries against $VERSIONS"
 export TFX_NVCC=${TFX_NVCC-}
 (cd "$TREE" && timed build nice "$VENV/bin/python" build_ops.py)
 
+if [[ $SET == none ]]; then  # the environment and the ops only (scripts/wheels.sh)
+    cat "$COSTS"
+    exit 0
+fi
 MARK=(-m smoke)
 [[ $SET == full ]] && MARK=()
 log "pytest ${MARK[*]:-(the whole suite)}"
