@@ -48,6 +48,21 @@ def _extras() -> dict:
     return extras
 
 
+def _prebuilt_for_this_tensorflow() -> bool:
+    """A wheel packs the libraries scripts/wheels.sh already built for this TensorFlow
+    (``TFX_WHEEL_PREBUILT=1``), refusing them if they were built for another."""
+    if not (WHEEL_TENSORFLOW and os.environ.get("TFX_WHEEL_PREBUILT") == "1"):
+        return False
+    import tensorflow as tf
+
+    with open(os.path.join(ROOT, build_ops.OPS_DIR, "build_info.json")) as f:
+        built_for = json.load(f)["tensorflow_version"]
+    if built_for != tf.__version__:
+        sys.exit(f"TFX_WHEEL_PREBUILT: the op libraries were built for TensorFlow {built_for}, "
+                 f"but {tf.__version__} is installed")
+    return True
+
+
 class BuildWithOps(build_py):
     """Compiles the op libraries into tfx_dist/_ops before packaging."""
 
@@ -58,8 +73,9 @@ class BuildWithOps(build_py):
             sys.exit("tfx_dist builds its ops against the installed TensorFlow, and none was "
                      "found. Install it first (`pip install tensorflow-cpu==2.21.0`, or another "
                      "of 2.17 to 2.21), then `pip install --no-build-isolation .`")
-        for path in build_ops.build_all():
-            print("built", path)
+        if not _prebuilt_for_this_tensorflow():
+            for path in build_ops.build_all():
+                print("built", path)
         if WHEEL_TENSORFLOW:
             info_path = os.path.join(ROOT, build_ops.OPS_DIR, "build_info.json")
             with open(info_path) as f:

@@ -26,15 +26,21 @@ mkdir -p dist
 export TFX_NVCC=${TFX_NVCC-}
 for minor in "${MINORS[@]}"; do
     echo "[wheels $minor] environment and op libraries"
-    bash scripts/compat.sh "$minor" none
+    [[ ${TFX_WHEEL_REUSE_OPS:-0} == 1 ]] || bash scripts/compat.sh "$minor" none
     tree=$ROOT/build/compat/tf$minor/tree
     glibc=$(objdump -T "$tree"/tfx_dist/_ops/*.so | grep -o 'GLIBC_2\.[0-9]*' | cut -d. -f2 | sort -n | tail -1)
     platform=manylinux_2_${glibc}_x86_64
     echo "[wheels $minor] wheel ($platform)"
     rm -f dist/tfx_dist-*+tf"$minor"-*.whl
     start=$(date +%s)
-    (cd "$tree" && rm -rf build/lib* build/bdist* ./*.egg-info \
-        && TFX_WHEEL_TENSORFLOW=$minor TFX_WHEEL_PLATFORM=$platform \
+    # Packed from a copy with the libraries just built (TFX_WHEEL_PREBUILT), so that a smoke run in
+    # the tree is never disturbed by a rebuild there.
+    src=$ROOT/build/compat/tf$minor/wheel-src
+    rm -rf "$src" && mkdir -p "$src"
+    git ls-files -z -co --exclude-standard | grep -zv '^tfx_dist/_ops/.*\.so$' \
+        | xargs -0 tar cf - | tar xf - -C "$src"
+    cp "$tree"/tfx_dist/_ops/*.so "$tree"/tfx_dist/_ops/build_info.json "$src/tfx_dist/_ops/"
+    (cd "$src" && TFX_WHEEL_TENSORFLOW=$minor TFX_WHEEL_PLATFORM=$platform TFX_WHEEL_PREBUILT=1 \
            nice "$VENVS/tf$minor/bin/pip" wheel -q --no-build-isolation --no-deps -w "$ROOT/dist" .)
     echo "wheel $(( $(date +%s) - start )) 0" >> "$ROOT/build/compat/tf$minor/costs.txt"
     wheel=$(ls dist/tfx_dist-*+tf"$minor"-*.whl)
