@@ -57,7 +57,7 @@ VERSIONS=$("$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md
 names = {d.metadata["Name"].lower().replace("_", "-"): d.version for d in md.distributions()}
 tf = next(names[n] for n in ("tensorflow-cpu", "tf-nightly-cpu", "tensorflow", "tf-nightly") if n in names)
-print(f"tensorflow {tf} keras {names.get('keras', 'none')}")
+print(f"tensorflow {tf} keras {names.get('keras') or names.get('keras-nightly', 'none')}")
 EOF
 )
 log "$VERSIONS"
