@@ -85,3 +85,22 @@ horovod:
 # one also under compute-sanitizer), then timings into benchmarks/results/.
 gpu-check:
 	bash scripts/gpu_check.sh
+
+# TensorFlow minors other than the system's (docs/compatibility.md): `make compat TF=2.19` runs the
+# smoke set (pytest -m smoke) in a venv of that minor with the ops built against it; SET=full runs
+# the whole suite. Venvs go to build/compat/venvs unless TFX_COMPAT_VENVS says where.
+TF ?= 2.21
+SET ?= smoke
+.PHONY: compat wheels tf-nightly
+compat:
+	bash scripts/compat.sh $(TF) $(SET)
+
+# One binary wheel per supported TensorFlow minor into dist/, each checked in a fresh venv with no
+# compiler on the PATH (the smoke set against the installed wheel).
+wheels:
+	bash scripts/wheels.sh
+
+# The early warning: the smoke set against the newest tf-nightly, what breaks written to
+# build/compat/tfnightly/report.md (never gates CI).
+tf-nightly:
+	bash scripts/nightly_report.sh

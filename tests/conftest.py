@@ -43,6 +43,8 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "long: minutes-long reliability runs (soak, long fuzzing); only with "
         "TFX_RELIABILITY_LONG=1 (make reliability)")
+    config.addinivalue_line(
+        "markers", "smoke: the set run on every supported TensorFlow minor (make compat TF=2.19)")
 
 
 def pytest_collection_modifyitems(config, items):

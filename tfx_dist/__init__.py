@@ -14,7 +14,7 @@ running TensorFlow or Keras is not the minor version tfx_dist supports.
 
 import importlib
 
-from tfx_dist import _keras_registration, _moved_modules
+from tfx_dist import _keras_registration, _moved_modules, _ops
 
 __version__ = "0.1.0"
 
@@ -34,6 +34,8 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
+# A binary wheel next to another TensorFlow minor: one clear error now, not a failed load later.
+_ops.check_wheel_matches_tensorflow()
 _moved_modules.install()
 
 

@@ -254,6 +254,9 @@ SETTINGS = {
         Setting("TFX_ELASTIC_WORKER", "", _Text(),
                 "Set by `tfx-dist-run --elastic` in each worker: the name the elastic driver knows "
                 "this worker process by."),
+        Setting("TFX_ALLOW_UNTESTED_TENSORFLOW", False, _Bool(),
+                "Run on a TensorFlow or Keras outside the tested range with a warning instead of "
+                "`UnsupportedTensorFlowError` (the tf-nightly report uses it; results unchecked)."),
     )
 }
 

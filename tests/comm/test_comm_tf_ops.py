@@ -10,6 +10,9 @@ import comm_procs as procs  # noqa: E402
 
 import pytest  # noqa: E402
 
+# The ops' own tests: part of the smoke set run on every supported TensorFlow minor.
+pytestmark = pytest.mark.smoke
+
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_tf_ops_in_tf_function_across_two_processes(transport):

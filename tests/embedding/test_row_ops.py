@@ -10,6 +10,9 @@ import tensorflow as tf
 from tfx_dist import _ops
 from tfx_dist.layers import row_ops
 
+# The ops' own tests: part of the smoke set run on every supported TensorFlow minor.
+pytestmark = pytest.mark.smoke
+
 
 def _op(rows, index, num_segments):
     return _ops.load_op_library("_ps_ops").tfx_sum_rows_by_index(rows, index, num_segments)

@@ -17,6 +17,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "ke
 EPOCHS = 12
 
 
+@pytest.mark.smoke
 def test_horovod_keras_script_matches_single_process(tmp_path):
     env = dict(os.environ, PYTHONPATH=workers.REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
                EPOCHS=str(EPOCHS), WORKDIR=str(tmp_path / "single"))

@@ -50,6 +50,7 @@ def test_gradients_reduce_onto_the_parameter_device_in_one_op(strategy):
     assert any(len(op.get_attr("Tout")) == 4 for op in fused), [op.get_attr("Tout") for op in fused]
 
 
+@pytest.mark.smoke
 def test_keras_fit_evaluate_predict(strategy):
     checks.fit_evaluate_predict(strategy)
 

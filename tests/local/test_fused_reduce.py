@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tfx_dist import fused_reduce
 
+
 NUMPY_REDUCE = {
     "sum": lambda xs: np.sum(xs, axis=0),
     "min": lambda xs: np.min(xs, axis=0),
@@ -50,6 +51,9 @@ TOLERANCE = {tf.float16: 1e-2, tf.bfloat16: 5e-2, tf.float32: 1e-5, tf.float64: 
              tf.int32: 0, tf.int64: 0}
 
 
+# The ops' own tests are in the smoke set (every supported TensorFlow minor), but for the
+# long sizes and the instruction sets (minutes, and nothing there depends on TensorFlow's version).
+@pytest.mark.smoke
 @pytest.mark.parametrize("dtype", list(TOLERANCE), ids=lambda d: d.name)
 @pytest.mark.parametrize("reduction", ["sum", "mean", "min", "max"])
 @pytest.mark.parametrize("num_devices", [1, 2, 3, 4])
@@ -119,6 +123,7 @@ def test_each_instruction_set_matches_numpy(isa):
     assert run.returncode == 0 and "ok" in run.stdout.split(), run.stderr[-3000:]
 
 
+@pytest.mark.smoke
 def test_inputs_survive_in_place_reduction():
     a, b = tf.constant([1.0, 2.0]), tf.constant([10.0, 20.0])
     (out,) = fused_reduce([[a], [b]], "sum")
@@ -126,6 +131,7 @@ def test_inputs_survive_in_place_reduction():
     np.testing.assert_array_equal(a.numpy(), [1.0, 2.0])  # still referenced: not overwritten
 
 
+@pytest.mark.smoke
 def test_mixed_dtypes_in_one_call():
     per_device = [[tf.constant([1.0]), tf.constant([2], tf.int64), tf.constant([0.5], tf.float16)]
                   for _ in range(3)]
@@ -133,6 +139,7 @@ def test_mixed_dtypes_in_one_call():
     assert [t.numpy().tolist() for t in out] == [[3.0], [6], [1.5]]
 
 
+@pytest.mark.smoke
 def test_works_inside_tf_function_across_devices():
     @tf.function
     def step():
@@ -148,17 +155,20 @@ def test_works_inside_tf_function_across_devices():
     np.testing.assert_array_equal(ints.numpy(), [0, 1, 2])
 
 
+@pytest.mark.smoke
 def test_shape_mismatch_is_a_clear_error_eagerly():
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=r"tensor 0 of 1 is float\[2\] on device 0 but float\[3\] on device 1"):
         fused_reduce([[tf.ones([2])], [tf.ones([3])]])
 
 
+@pytest.mark.smoke
 def test_dtype_mismatch_is_a_clear_error():
     with pytest.raises(tf.errors.InvalidArgumentError, match="same dtypes and shapes"):
         fused_reduce([[tf.ones([2])], [tf.ones([2], tf.float64)]])
 
 
+@pytest.mark.smoke
 def test_shape_mismatch_is_caught_when_tracing():
     @tf.function
     def bad():
@@ -174,11 +184,13 @@ def test_shape_mismatch_is_caught_when_tracing():
     (dict(per_device=[[tf.ones([1])]], reduction="prod"), "Expected `reduction`"),
     (dict(per_device=[[tf.constant([True])]], reduction="sum"), "dtype bool"),
 ])
+@pytest.mark.smoke
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         fused_reduce(**kwargs)
 
 
+@pytest.mark.smoke
 def test_public_name_stays_the_function_after_strategies_load():
     import tfx_dist
 
@@ -190,6 +202,7 @@ def _address(t):
     return np.asarray(t).__array_interface__["data"][0]
 
 
+@pytest.mark.smoke
 def test_outputs_that_take_over_no_input_reuse_released_memory():
     # Variables' values cannot be overwritten, so every output comes from the
     # kernel's arena: odd sizes and mixed dtypes share one block, 64-byte aligned.
@@ -222,6 +235,7 @@ def test_outputs_that_take_over_no_input_reuse_released_memory():
     np.testing.assert_array_equal(third[3].numpy(), np.full(shapes[3], 30))
 
 
+@pytest.mark.smoke
 def test_block_views_on_another_device_share_the_results_memory():
     from tfx_dist.reduce.local import block_views, fused_reduce_with_block
 
@@ -254,6 +268,7 @@ def test_block_views_on_another_device_share_the_results_memory():
         np.testing.assert_array_equal(new.numpy(), np.full(shape, 30))
 
 
+@pytest.mark.smoke
 def test_block_views_refuse_a_block_too_small():
     from tfx_dist.reduce.local import block_views, fused_reduce_with_block
 

@@ -27,6 +27,7 @@ def test_dropped_iterators_are_destroyed_in_the_background(strategy):
     checks.drops_iterators_in_the_background(strategy)
 
 
+@pytest.mark.smoke
 def test_keras_fit_evaluate_predict():
     # Two replicas: 11 steps an epoch at the seeds' batch of 64 per replica.
     strategy = tfx_dist.MirroredStrategy(CPUS[:2])
@@ -59,6 +60,7 @@ def test_gradients_run_on_fused_reduce(strategy):
     checks.uses_fused_reduce(strategy)
 
 
+@pytest.mark.smoke
 def test_checkpoint_round_trip(strategy, tmp_path):
     checks.checkpoint_round_trip(strategy, tmp_path)
 

@@ -64,6 +64,7 @@ def two_workers(tmp_path_factory):
     return ckpt, _run(tmp_path_factory.mktemp("two"), 2, CKPT=ckpt)
 
 
+@pytest.mark.smoke
 def test_two_workers_agree_and_equal_one_process(two_workers, reference):
     _, (a, b) = two_workers
     for r in (a, b):
@@ -90,6 +91,7 @@ def test_two_workers_agree_and_equal_one_process(two_workers, reference):
     assert a["alltoall_ops"] == [6, 6]
 
 
+@pytest.mark.smoke
 def test_checkpoint_of_two_workers_restores_into_one(tmp_path, two_workers):
     ckpt, (saved, _) = two_workers
     # The replicated table's rows are written once beside the checkpoint too (any placement restores).

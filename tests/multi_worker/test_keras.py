@@ -46,7 +46,8 @@ def _assert_matches_reference(result, reference, rtol=1e-4, atol=1e-5):
                                rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("input_kind", ["numpy", "dataset", "from_function"])
+@pytest.mark.parametrize("input_kind", ["numpy", pytest.param("dataset", marks=pytest.mark.smoke),
+                                        "from_function"])
 def test_two_workers_fit_evaluate_predict_match_one_process(tmp_path, reference, input_kind):
     # Different seeds per worker: the chief's initial values must win.
     results = _run(tmp_path, "keras_train.py", 2, {"MODE": "multi", "INPUT": input_kind},

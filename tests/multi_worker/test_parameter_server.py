@@ -31,6 +31,7 @@ def reference(tmp_path_factory):
     return result.result
 
 
+@pytest.mark.smoke
 def test_fit_on_two_servers_equals_one_process(tmp_path, reference):
     """2 workers + 2 parameter servers, synchronous Adagrad: every number equals one process's."""
     workers, servers = run_ps_job(tmp_path, "ps_keras.py")

@@ -33,6 +33,49 @@ def _build_info() -> dict:
         return {}
 
 
+# The distributions that install the `tensorflow` package.
+_TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tf-nightly-cpu",
+                             "tensorflow-intel")
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def installed_tensorflow() -> str | None:
+    """The installed TensorFlow's version, from package metadata (TensorFlow is not imported)."""
+    import importlib.metadata
+
+    for name in _TENSORFLOW_DISTRIBUTIONS:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def wheel_mismatch(info: dict, installed: str | None) -> str | None:
+    """Why a binary wheel's op libraries (``info``: its build_info.json) cannot run next to the
+    installed TensorFlow, or None. Source builds say how to rebuild at first use instead."""
+    wheel, built_for = info.get("wheel"), info.get("tensorflow_version")
+    if not wheel or not built_for or not installed or _minor(built_for) == _minor(installed):
+        return None
+    other = wheel.replace(f"+tf{_minor(built_for)}-", f"+tf{_minor(installed)}-")
+    return (f"This tfx_dist wheel ({wheel}) holds op libraries built for TensorFlow {built_for}, "
+            f"but TensorFlow {installed} is installed; they load only in the TensorFlow minor "
+            f"they were built for. Install the wheel built for TensorFlow {_minor(installed)} "
+            f"({other}), or TensorFlow {_minor(built_for)} (`pip install "
+            f"'tensorflow-cpu=={_minor(built_for)}.*'`), or tfx_dist from source.")
+
+
+def check_wheel_matches_tensorflow() -> None:
+    """Raises `OpLibraryError` at ``import tfx_dist`` where a wheel sits next to another
+    TensorFlow minor (cheap: reads two files' metadata, imports no TensorFlow)."""
+    why = wheel_mismatch(_build_info(), installed_tensorflow())
+    if why:
+        raise OpLibraryError(why)
+
+
 def library_path(name: str) -> str:
     return os.path.join(_HERE, name + ".so")
 

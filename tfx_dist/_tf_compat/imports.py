@@ -1,8 +1,9 @@
 """Every private TensorFlow import of tfx_dist, in one place.
 
 tf.distribute has no public API for new strategies: they subclass its classes
-and reuse its helpers. Supported and tested: TensorFlow 2.21 (`versions`,
-pyproject.toml). A TensorFlow upgrade that moves these names touches this file only.
+and reuse its helpers. Supported and tested: TensorFlow 2.17 to 2.21 (`versions`,
+docs/compatibility.md), where these names are the same. A TensorFlow upgrade that moves these names
+touches this file only.
 """
 
 # Helpers for CrossDeviceOps: device lists of destinations, simple broadcast.

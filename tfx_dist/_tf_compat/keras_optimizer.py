@@ -9,7 +9,7 @@ before clipping, weight decay and the update. That is where Horovod's
 from __future__ import annotations
 
 from tfx_dist._ops import UnsupportedTensorFlowError
-from tfx_dist._tf_compat.versions import SUPPORTED_KERAS
+from tfx_dist._tf_compat.versions import SUPPORTED_KERAS, supported_range
 
 _PRIVATE = "_clip_gradients"
 
@@ -36,9 +36,9 @@ def optimizer_with_gradient_hook(optimizer_class: type) -> type:
     """
     if not callable(getattr(optimizer_class, _PRIVATE, None)):
         raise UnsupportedTensorFlowError(
-            f"tfx_dist's DistributedOptimizer hooks Keras {SUPPORTED_KERAS}'s private "
+            f"tfx_dist's DistributedOptimizer hooks Keras {supported_range(SUPPORTED_KERAS)}'s private "
             f"optimizer method {_PRIVATE}, which {optimizer_class.__name__} does not have: "
-            f"install Keras {SUPPORTED_KERAS}.x.")
+            f"install Keras {SUPPORTED_KERAS[-1]}.x.")
     if not issubclass(optimizer_class, GradientHook):
         raise TypeError(f"{optimizer_class.__name__} does not mix in tfx_dist's GradientHook")
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "custom_ops/common/tf_compat.h"
 #include "custom_ops/fused_reduce/cc/kernels/fused_reduce.h"
 #include "custom_ops/fused_reduce/cc/kernels/output_arena.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -213,7 +214,7 @@ class FusedReduceCpu : public FusedReduceBase {
       reduce_buckets(0, buckets.size());
     } else {
       threads->workers->ParallelFor(
-          buckets.size(), tsl::thread::ThreadPool::SchedulingParams::Fixed(1), reduce_buckets);
+          buckets.size(), tfx::FixedBlocks(1), reduce_buckets);
     }
     for (const absl::Status& s : status) OP_REQUIRES_OK(ctx, s);
   }
