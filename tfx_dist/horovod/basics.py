@@ -19,10 +19,16 @@ _state = None  # the _State of this process once init() ran
 
 
 class _State:
-    def __init__(self, info, communicator, cross_rank, cross_size):
+    def __init__(self, info, cross_rank, cross_size):
         self.info = info
-        self.communicator = communicator
         self.cross_rank, self.cross_size = cross_rank, cross_size
+
+    @property
+    def communicator(self):
+        # The process's communicator: an elastic reset replaces it (tfx_dist.elastic.membership).
+        from tfx_dist.elastic import membership
+
+        return membership.communicator()
 
 
 def _host_index(info):
@@ -60,7 +66,7 @@ def init(comm=None, process_sets=None):
         if _state is not None:
             return
         from tfx_dist import cluster
-        from tfx_dist.comm import Communicator
+        from tfx_dist.elastic import membership
         from tfx_dist.input import iterator_reaper
 
         info = cluster.resolve()
@@ -75,8 +81,8 @@ def init(comm=None, process_sets=None):
                 "`tfx-dist-run -n N`, `horovodrun --gloo`, or mpirun with mpi4py installed, "
                 "or set TF_CONFIG.")
         addresses = list(info.worker_addresses or ["127.0.0.1:0"])
-        communicator = Communicator(info.rank, size, addresses, **_env.communicator_options())
-        _state = _State(info, communicator, *_host_index(info))
+        membership.connect(info.rank, size, addresses, **_env.communicator_options())
+        _state = _State(info, *_host_index(info))
         _env.report_ignored(info.rank)
         # Keras (and a custom loop) drops its input iterator every epoch; destroying
         # one can stall this rank, and so every rank, for up to a second (docs/horovod.md).
@@ -108,11 +114,11 @@ def communicator():
 
 
 def size() -> int:
-    return state().info.num_workers
+    return communicator().size  # after an elastic reset: the new generation's
 
 
 def rank() -> int:
-    return state().info.rank
+    return communicator().rank
 
 
 def local_size() -> int:
