@@ -34,23 +34,10 @@ import threading
 import time
 
 from tfx_dist import errors, settings
+from tfx_dist.elastic.generation import Generation
 
-
-@dataclasses.dataclass(frozen=True)
-class Generation:
-    """One membership of the job, as this process sees it.
-
-    Attributes:
-      number: 0 for the first generation, then one more per reset.
-      rank: this process's rank in it.
-      size: the number of ranks.
-      joined: the ranks that hold no state yet (new workers): rank 0 broadcasts it to them.
-    """
-
-    number: int
-    rank: int
-    size: int
-    joined: tuple = ()
+__all__ = ["Generation", "communicator", "connect", "elastic", "generation", "is_peer_lost", "on_reset",
+           "pending_change", "remove_listener", "reset"]
 
 
 @dataclasses.dataclass

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import List, Optional, Sequence, Tuple
 
+from tfx_dist.launcher.elastic import check_elastic_arguments, elastic_arguments
 from tfx_dist.launcher.status import LAUNCHER
 
 
@@ -27,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
                "else 128+N if the launcher got signal N; 2 for bad arguments or when the job "
                "cannot start.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-n", "--num-workers", type=int, required=True, metavar="N",
+    parser.add_argument("-n", "--num-workers", type=int, default=None, metavar="N",
                         help="number of worker processes (ranks 0..N-1; rank 0 is the chief)")
     parser.add_argument("--ps", type=int, default=0, metavar="P",
                         help="also start P parameter-server tasks (ps:0..P-1, shown as "
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
                              "row is dropped (default: %(default)s)")
     parser.add_argument("--all-progress", action="store_true",
                         help="show Keras progress bars of every rank (default: rank 0 only)")
+    elastic_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the program each worker runs, with its arguments")
     return parser
@@ -87,12 +89,15 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Name
         command = command[1:]
     if not command:
         parser.error("missing the command to run, e.g.: tfx-dist-run -n 2 python train.py")
+    check_elastic_arguments(parser, args, args.num_workers)
     if args.num_workers < 1:
         parser.error(f"-n/--num-workers must be at least 1, received {args.num_workers}")
     if args.timeout is not None and args.timeout <= 0:
         parser.error(f"--timeout must be positive, received {args.timeout}")
     if args.grace_period < 0 or args.preemption_grace < 0:
         parser.error("--grace-period and --preemption-grace must be at least 0")
+    if args.elastic:
+        return args, command
     if args.ps < 0:
         parser.error(f"--ps must be at least 0, received {args.ps}")
     if args.max_restarts < 0:

@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence
 from tfx_dist.cluster.shm_segments import sweep_dead_segments
 from tfx_dist.launcher.arguments import parse_arguments
 from tfx_dist.launcher.cpus import cpu_shares
+from tfx_dist.launcher.elastic import run_elastic
 from tfx_dist.launcher.environment import engine_restart_count, task_labels, worker_environments
 from tfx_dist.launcher.ports import pick_ports
 from tfx_dist.launcher.restarts import RestartPolicy
@@ -42,6 +43,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     try:
+        if args.elastic:
+            return run_elastic(args, command, received)
         outcome = None
         while True:
             if received:  # between two runs: nothing is running
