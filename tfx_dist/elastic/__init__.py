@@ -13,7 +13,8 @@ _API = {"run": "run_loop", "State": "state", "ObjectState": "state", "TensorFlow
         "TensorFlowState": "state",
         "ElasticSampler": "sampler", "KerasState": "keras_callbacks",
         "CommitStateCallback": "keras_callbacks", "UpdateBatchStateCallback": "keras_callbacks",
-        "UpdateEpochStateCallback": "keras_callbacks"}
+        "UpdateEpochStateCallback": "keras_callbacks",
+        "UpdateSamplerCallback": "keras_callbacks"}
 
 
 def __getattr__(name):

@@ -98,3 +98,18 @@ class UpdateEpochStateCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.state.epoch = self._initial_epoch + epoch + 1
+
+
+class UpdateSamplerCallback(keras.callbacks.Callback):
+    """Advances ``state.sampler`` (an `ElasticSampler`) by one step of the job at each batch's end,
+    so a commit records how much of the epoch every rank together has consumed."""
+
+    def __init__(self, state, batch_size: int):
+        super().__init__()
+        self.state, self.batch_size = state, int(batch_size)
+
+    def on_train_batch_end(self, batch, logs=None):
+        from tfx_dist.elastic.state import communicator
+
+        comm = communicator()
+        self.state.sampler.record_batch(self.batch_size, 1 if comm is None else comm.size)
