@@ -60,6 +60,15 @@ def broadcast_object(obj, root: int = 0, name: str = "elastic.object"):
     return pickle.loads(data.tobytes())
 
 
+def _joined_a_running_job() -> bool:
+    membership = _membership()
+    try:
+        generation = membership.generation()
+    except RuntimeError:
+        return False
+    return generation.rank in generation.joined
+
+
 def _rank() -> int:
     comm = communicator()
     return 0 if comm is None else comm.rank
@@ -79,6 +88,9 @@ class State:
         self._get_rank = get_rank or _rank
         self._reset_callbacks = []
         self.commits = 0  # commits since this state was made (a reset does not undo the count)
+        # A worker that joined a running job holds no state until its first sync completes; if
+        # that sync fails (another peer lost meanwhile), it must not be the one that sends.
+        self._needs_state = _joined_a_running_job()
 
     def register_reset_callbacks(self, callbacks):
         """Calls each of ``callbacks()`` after every reset, before the state is synced (e.g. to
@@ -110,13 +122,25 @@ class State:
         if changed:
             raise HostsUpdatedInterrupt(skip_sync=False)
 
+    def sync_root(self) -> int:
+        """The rank whose state a sync sends: the lowest that holds one (0 unless a worker that
+        joined and was never synced became rank 0)."""
+        comm = communicator()
+        if comm is None or comm.size == 1:
+            return 0
+        holds = np.zeros(comm.size, np.float64)
+        holds[comm.rank] = 0.0 if self._needs_state else 1.0
+        (holds,) = comm.allreduce_numpy([holds], name="elastic.holders")
+        have = np.flatnonzero(holds)
+        return int(have[0]) if have.size else 0
+
     def save(self):
         raise NotImplementedError
 
     def restore(self):
         raise NotImplementedError
 
-    def sync(self):
+    def sync(self, root: int | None = None):
         raise NotImplementedError
 
     def reset(self):
@@ -140,10 +164,12 @@ class ObjectState(State):
     def restore(self):
         self._set_attrs()
 
-    def sync(self):
+    def sync(self, root: int | None = None):
         if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state, 0)
+            root = self.sync_root() if root is None else root
+            self._saved_state = self._bcast_object(self._saved_state, root)
             self._set_attrs()
+        self._needs_state = False
 
     def _set_attrs(self):
         for name, value in self._saved_state.items():
@@ -184,16 +210,17 @@ class TensorFlowState(ObjectState):
             variable.assign(value)
         super().restore()
 
-    def sync(self):
+    def sync(self, root: int | None = None):
         comm = communicator()
         variables = self._variables()
+        root = self.sync_root() if root is None else root
         if comm is not None and comm.size > 1 and variables:
             current = [np.asarray(v.numpy()) for v in variables]
-            values = comm.broadcast_numpy(current, root=0, name="elastic.variables")
+            values = comm.broadcast_numpy(current, root=root, name="elastic.variables")
             for variable, value, mine in zip(variables, values, current):
                 variable.assign(np.reshape(value, mine.shape))  # a scalar travels as shape (1,)
         self._save_variables()
-        super().sync()
+        super().sync(root)
 
     def reset(self):
         from tfx_dist.elastic import retrace
