@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import time
 
 from tfx_dist import errors
@@ -57,7 +58,7 @@ def run(func):
                 skip_sync = e.skip_sync
                 cause = "workers added or removed"
             except Exception as e:  # noqa: BLE001: only a lost peer is caught, the rest re-raised
-                if not membership.is_peer_lost(e):
+                if not _peer_lost(membership, e):
                     raise
                 state.restore()
                 skip_sync, cause = False, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -67,6 +68,21 @@ def run(func):
             state.on_reset()
 
     return wrapper
+
+
+# TensorFlow turns an UNAVAILABLE error of a non-network op inside a function into an INTERNAL
+# one ("... originally returned UnavailableError, and was replaced by InternalError ..."): a
+# collective op that lost its peer may surface so.
+_REPLACED = re.compile(r"originally returned (UnavailableError|AbortedError|DeadlineExceededError|"
+                       r"DataLossError)")
+
+
+def _peer_lost(membership, error) -> bool:
+    if membership.is_peer_lost(error):
+        return True
+    if getattr(error, "error_code", None) != errors.INTERNAL or not membership.elastic():
+        return False
+    return bool(_REPLACED.search(str(error)))
 
 
 def _reset(membership, cause: str):

@@ -14,6 +14,13 @@ import functools
 _installed = False
 
 
+def _lr(optimizer):
+    # The TensorFlow variable under Keras's: `tf.keras.backend.set_value(opt.lr, x)` (Keras 2's
+    # idiom) reads a TensorFlow dtype; `opt.lr.assign(x)` works on either.
+    rate = optimizer.learning_rate
+    return getattr(rate, "value", rate)
+
+
 def install() -> None:
     global _installed
     if _installed:
@@ -22,8 +29,7 @@ def install() -> None:
 
     if not hasattr(keras.optimizers.Optimizer, "lr"):
         keras.optimizers.Optimizer.lr = property(
-            lambda self: self.learning_rate,
-            lambda self, value: setattr(self, "learning_rate", value))
+            _lr, lambda self, value: setattr(self, "learning_rate", value))
     compile_ = keras.Model.compile
 
     @functools.wraps(compile_)
