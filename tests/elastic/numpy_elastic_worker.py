@@ -32,6 +32,8 @@ def sync_state(step, generation):
 
 
 def main():
+    if NAME in os.environ.get("ELASTIC_FAIL_AT_START", "").split(","):
+        sys.exit(f"worker {NAME} fails at its start on purpose")
     membership.connect(0, 1, ["unused:0"], timeout_s=60)
     generation = membership.generation()
     committed = sync_state(0, generation)
@@ -50,12 +52,7 @@ def main():
                   f"{step}", flush=True)
             time.sleep(STEP_S)
         except errors.PeerLostError as e:
-            while True:
-                try:
-                    generation = membership.reset()
-                    break
-                except errors.PeerLostError:
-                    continue
+            generation = membership.reset(attempts=5)
             step = sync_state(committed, generation)
             resets.append([generation.number, generation.rank, generation.size, list(generation.joined),
                            type(e).__name__])

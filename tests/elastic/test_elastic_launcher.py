@@ -3,6 +3,8 @@
 launcher starts a replacement that joins with the state, and the job exits 0."""
 
 import os
+import subprocess
+import sys
 
 import elastic_job
 
@@ -27,3 +29,34 @@ def test_a_killed_worker_is_replaced_and_the_survivors_keep_their_processes():
     assert ("w3", done["w3"]["pid"], 2, 2, 3) in steps      # the replacement, in generation 2
     assert all(d["wrong"] == 0 and d["step"] == 120 for d in done.values())  # every sum was right
     assert "worker w1 was killed by SIGKILL" in output and "started worker w3" in output
+
+
+def test_below_min_workers_the_job_stops_with_every_lost_workers_error():
+    failing = ",".join(f"w{i}" for i in range(1, 20))  # every worker but the first fails at once
+    env = dict(os.environ, PYTHONPATH=elastic_job.ROOT, ELASTIC_FAIL_AT_START=failing)
+    proc = subprocess.run([sys.executable, "-m", "tfx_dist.run", "--elastic", "--min-workers", "2",
+                           "--max-workers", "2", sys.executable,
+                           os.path.join(HERE, "numpy_elastic_worker.py")],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=elastic_job.ROOT)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "below --min-workers 2" in proc.stderr
+    for i in range(1, 7):  # 3 replacements per slot, then the stop; each lost worker's error repeated
+        assert f"worker w{i} failed with exit code 1; its last" in proc.stderr
+        assert f"worker w{i} fails at its start on purpose" in proc.stderr
+    assert "the driver stopped this worker" in proc.stderr  # w0, waiting for its first generation
+
+
+def test_host_discovery_sets_the_number_of_workers(tmp_path):
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\necho other-host:4\n")
+    script.chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=elastic_job.ROOT, ELASTIC_STEPS="5")
+    proc = subprocess.run([sys.executable, "-m", "tfx_dist.run", "--elastic", "--min-workers", "1",
+                           "--max-workers", "3", "--host-discovery-script", str(script), sys.executable,
+                           os.path.join(HERE, "numpy_elastic_worker.py")],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=elastic_job.ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "host discovery offers other-host, not this host: left out" in proc.stderr
+    done = sorted(line.split()[2] for line in proc.stdout.splitlines() if " DONE " in line)
+    assert done == ["w0", "w1"]
+    assert all(line.split()[6] == "2" for line in proc.stdout.splitlines() if " STEP " in line)

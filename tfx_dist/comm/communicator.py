@@ -198,12 +198,22 @@ class Communicator:
         and the negotiation) and seconds running it (``running_s``); all-reduce
         buckets run hierarchically (``hierarchical_buckets``); and how many
         collective names the runtime holds state for now (``names_held``: 0
-        once every collective completed, whatever the names were)."""
-        out = (ctypes.c_int64 * 8)()
-        _native.lib().tfx_comm_stats(self.handle, out, 8)
+        once every collective completed, whatever the names were); and the
+        code that broke the communicator (``broken_code``, see :meth:`broken_code`)."""
+        out = (ctypes.c_int64 * 9)()
+        _native.lib().tfx_comm_stats(self.handle, out, 9)
         return {"collectives": out[0], "allreduce_buckets": out[1], "allreduce_tensors": out[2],
                 "allreduce_bytes": out[3], "waiting_s": out[4] / 1e9, "running_s": out[5] / 1e9,
-                "hierarchical_buckets": out[6], "names_held": out[7]}
+                "hierarchical_buckets": out[6], "names_held": out[7], "broken_code": out[8]}
+
+    def broken_code(self) -> int:
+        """0 while this communicator works; else the canonical code of the failure that broke it for
+        good (a lost peer, a timeout, a closed connection; ``errors.ABORTED`` once closed here).
+        A failed collective's exception, as TensorFlow re-raises it, may carry another code:
+        this says what happened to the communicator itself."""
+        if self._closed:
+            return errors.ABORTED
+        return int(self.stats()["broken_code"])
 
     def _run(self, batch: list) -> tuple[int, int]:
         """Runs the collective of ``batch`` (entries); returns what the runtime allocated, and its dim 0."""

@@ -113,7 +113,7 @@ def pending_change() -> bool:
         _current.generation.number)
 
 
-def reset(timeout_s: float | None = None) -> Generation:
+def reset(timeout_s: float | None = None, attempts: int = 1) -> Generation:
     """Closes this process's communicator and joins the next generation.
 
     Every member of the current generation calls it (after a ``PeerLostError``,
@@ -123,6 +123,8 @@ def reset(timeout_s: float | None = None) -> Generation:
     Args:
       timeout_s: bound on learning the next generation and on its rendezvous;
         default ``TFX_TIMEOUT_S``.
+      attempts: how many generations to try: a rendezvous that fails (a member
+        lost meanwhile) is followed by the next generation's, up to this many.
 
     Returns:
       The new :class:`Generation` (rank and size may differ from before).
@@ -133,6 +135,16 @@ def reset(timeout_s: float | None = None) -> Generation:
       RuntimeError: :func:`connect` was not called; or the driver stopped the
         job (fewer workers than ``--min-workers``), or dropped this worker.
     """
+    for attempt in range(1, attempts + 1):
+        try:
+            return _reset_once(timeout_s)
+        except errors.PeerLostError:
+            if attempt == attempts:
+                raise
+    raise ValueError(f"Expected attempts >= 1. Received: attempts={attempts}")
+
+
+def _reset_once(timeout_s: float | None) -> Generation:
     from tfx_dist.comm import Communicator, RendezvousError
 
     global _current
@@ -169,9 +181,11 @@ def reset(timeout_s: float | None = None) -> Generation:
 
 def on_reset(listener) -> None:
     """Calls ``listener(generation, communicator)`` after every reset of this process (e.g. a
-    strategy swapping its transport). Listeners are called in the order they were added."""
+    strategy swapping its transport). Listeners are called in the order they were added; adding
+    one twice adds it once."""
     with _lock:
-        _listeners.append(listener)
+        if listener not in _listeners:
+            _listeners.append(listener)
 
 
 def remove_listener(listener) -> None:
@@ -181,17 +195,22 @@ def remove_listener(listener) -> None:
 
 
 def is_peer_lost(error: BaseException) -> bool:
-    """Whether ``error`` means a peer was lost or the membership changed: a ``PeerLostError``, or,
-    in an elastic job, a TensorFlow op error of the codes a lost peer gives (a collective op
-    inside a ``tf.function`` reports its failure through TensorFlow, by code)."""
+    """Whether ``error`` means a peer was lost or the membership changed: a ``PeerLostError``; or,
+    in an elastic job, any error of a step (a collective op inside a ``tf.function`` reports
+    its failure through TensorFlow, which may re-raise a lost peer as an ``InternalError``)
+    while this process's communicator is broken by a lost peer, a timeout or a closed
+    connection (``Communicator.broken_code``: the communicator's state, not the message)."""
     if isinstance(error, errors.PeerLostError):
         return True
-    if _current is None or not getattr(_current.communicator, "elastic", False):
+    current = _current
+    if current is None or not getattr(current.communicator, "elastic", False):
         return False
-    code = getattr(error, "error_code", None)  # tf.errors.OpError, without importing TensorFlow
+    if not isinstance(error, Exception) or isinstance(error, (KeyboardInterrupt, errors.CancelledError)):
+        return False
     from tfx_dist.comm.communicator import _PEER_LOST_CODES
 
-    return code in _PEER_LOST_CODES
+    broken = getattr(current.communicator, "broken_code", lambda: errors.ABORTED)()
+    return broken in _PEER_LOST_CODES
 
 
 def _require() -> _Current:

@@ -19,16 +19,10 @@ _state = None  # the _State of this process once init() ran
 
 
 class _State:
-    def __init__(self, info, cross_rank, cross_size):
+    def __init__(self, info, communicator, cross_rank, cross_size):
         self.info = info
+        self.communicator = communicator
         self.cross_rank, self.cross_size = cross_rank, cross_size
-
-    @property
-    def communicator(self):
-        # The process's communicator: an elastic reset replaces it (tfx_dist.elastic.membership).
-        from tfx_dist.elastic import membership
-
-        return membership.communicator()
 
 
 def _host_index(info):
@@ -67,6 +61,7 @@ def init(comm=None, process_sets=None):
             return
         from tfx_dist import cluster
         from tfx_dist.elastic import membership
+        from tfx_dist.elastic.generation import member_info
         from tfx_dist.input import iterator_reaper
 
         info = cluster.resolve()
@@ -81,12 +76,27 @@ def init(comm=None, process_sets=None):
                 "`tfx-dist-run -n N`, `horovodrun --gloo`, or mpirun with mpi4py installed, "
                 "or set TF_CONFIG.")
         addresses = list(info.worker_addresses or ["127.0.0.1:0"])
-        membership.connect(info.rank, size, addresses, **_env.communicator_options())
-        _state = _State(info, *_host_index(info))
+        communicator = membership.connect(info.rank, size, addresses, **_env.communicator_options())
+        if membership.elastic():  # the driver says the rank and size; each reset says them again
+            info = member_info(info, membership.generation(), communicator.addresses)
+            membership.on_reset(_follow_reset)
+        _state = _State(info, communicator, *_host_index(info))
         _env.report_ignored(info.rank)
         # Keras (and a custom loop) drops its input iterator every epoch; destroying
         # one can stall this rank, and so every rank, for up to a second (docs/horovod.md).
         iterator_reaper.reap_dataset_iterators_in_background()
+
+
+def _follow_reset(generation, communicator):
+    """An elastic reset (`tfx_dist.elastic.membership`): rank, size and every collective follow
+    the new generation's communicator."""
+    from tfx_dist.elastic.generation import member_info
+
+    global _state
+    with _lock:
+        if _state is not None:
+            info = member_info(_state.info, generation, communicator.addresses)
+            _state = _State(info, communicator, *_host_index(info))
 
 
 def shutdown():
@@ -114,11 +124,11 @@ def communicator():
 
 
 def size() -> int:
-    return communicator().size  # after an elastic reset: the new generation's
+    return state().info.num_workers
 
 
 def rank() -> int:
-    return communicator().rank
+    return state().info.rank
 
 
 def local_size() -> int:

@@ -58,7 +58,7 @@ class Driver:
       min_workers: fewer workers than this stops the job.
       window_s: how long a generation waits for a silent member once another asked.
       start_window_s: how long a generation that would be below ``min_workers`` waits for
-        workers still starting (a replacement loading TensorFlow).
+        more workers (a replacement loading TensorFlow) before the job stops.
     """
 
     def __init__(self, host: str, secret: bytes, min_workers: int, window_s: float = 30.0,
@@ -133,10 +133,8 @@ class Driver:
         joiners = [w.name for w in workers if w.running and w.ready]
         current = self._generation
         if current is None:
-            if joiners and all(w.ready for w in workers if w.running):
-                self._check_enough(len(joiners))
-                if not self.stopped:
-                    self._form(0, sorted(joiners, key=self._started_order), [])
+            if joiners and all(w.ready for w in workers if w.running) and not self._too_few(len(joiners)):
+                self._form(0, sorted(joiners, key=self._started_order), [])
             return
         asked = [m for m in current.members
                  if self._workers[m].running and self._workers[m].asked_after == current.number]
@@ -147,20 +145,21 @@ class Driver:
         if silent and time.monotonic() - (self._first_ask or 0) < self.window_s:
             return
         new_joiners = [j for j in joiners if j not in current.members]
-        starting = [w for w in workers if w.running and not w.ready and w.name not in current.members]
-        if len(asked) + len(new_joiners) < self.min_workers and starting and \
-                time.monotonic() - (self._first_ask or 0) < self.start_window_s:
-            return  # too few without the workers still starting: wait for them to be ready
+        if self._too_few(len(asked) + len(new_joiners)):
+            return
         self.dropped.extend(silent)
-        self._check_enough(len(asked) + len(new_joiners))
-        if not self.stopped:
-            self._form(current.number + 1, asked + new_joiners, new_joiners)
+        self._form(current.number + 1, asked + new_joiners, new_joiners)
 
-    def _check_enough(self, count: int) -> None:
-        if count < self.min_workers:
+    def _too_few(self, count: int) -> bool:
+        """Below ``min_workers``: wait ``start_window_s`` (from the first request of this
+        generation) for replacements to be ready, then stop the job."""
+        if count >= self.min_workers:
+            return False
+        if time.monotonic() - (self._first_ask or time.monotonic()) >= self.start_window_s:
             lost = sorted(w.name for w in self._workers.values() if not w.running)
             self.stop(f"only {count} worker(s) left, below --min-workers {self.min_workers} "
                       f"(lost: {', '.join(lost) or 'none'})")
+        return True
 
     def _started_order(self, name: str) -> int:
         return list(self._workers).index(name)
@@ -199,6 +198,8 @@ class Driver:
                 return {"changed": bool(self.stopped) or self._changed_at >= after}
             if op == "join":
                 worker.ready = True
+                if self._generation is None and self._first_ask is None:
+                    self._first_ask = time.monotonic()
                 if self._generation is not None:
                     self._changed_at = max(self._changed_at, self._generation.number)
                 self._cond.notify_all()

@@ -97,6 +97,10 @@ class CommTransport:
     def broadcast(self, tensors, root=0, name=None):
         return self._ops.broadcast(list(tensors), self.communicator, root=root, name=name)
 
+    def join(self, name="join"):
+        """Horovod's join on the communicator of now (an elastic reset replaces it)."""
+        return self.communicator.join(name=name)
+
     def close(self):
         self.communicator.close()
 
@@ -165,6 +169,10 @@ class CrossWorkerOps(tf.distribute.CrossDeviceOps):
         self._local_ops = FusedAllReduce()
         self._sequencer = _Sequencer(
             chain=not getattr(transport, "orders_collectives", False))
+
+    def restart_naming(self) -> None:
+        """Names collectives from the first graph again (after an elastic reset: as a new process does)."""
+        self._sequencer = _Sequencer(chain=not getattr(self.transport, "orders_collectives", False))
 
     @property
     def _num_between_graph_workers(self):

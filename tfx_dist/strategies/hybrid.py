@@ -26,7 +26,8 @@ import tensorflow as tf
 
 from tfx_dist import _tf_compat as tfc
 from tfx_dist import cluster as cluster_lib
-from tfx_dist import settings
+from tfx_dist import errors, settings
+from tfx_dist.elastic import membership
 from tfx_dist.hybrid import placement as placement_lib
 from tfx_dist.tables.on_workers import WorkerShardedTable, apply_together
 from tfx_dist.strategies.multi_worker_mirrored import (MultiWorkerMirroredExtended,
@@ -43,6 +44,12 @@ class HybridExtended(MultiWorkerMirroredExtended, TableHost):
     """The multi-worker extended, plus tables sharded over the workers."""
 
     def __init__(self, container_strategy, shard_min_bytes=None, **kwargs):
+        if membership.elastic():
+            raise errors.UnimplementedError(
+                "tfx_dist.HybridStrategy does not run in an elastic job (tfx-dist-run --elastic): its "
+                "tables are sharded over the workers, and a lost worker's shard is lost with it. Use "
+                "the restart path instead: tfx-dist-run -n N --max-restarts K --checkpoint-dir DIR "
+                "(the job restarts from its last checkpoint, tables included; docs/reliability.md).")
         super().__init__(container_strategy, **kwargs)
         self._shard_min_bytes = shard_min_bytes
         self._sharded_tables: list[WorkerShardedTable] = []

@@ -44,7 +44,8 @@ from tfx_dist.input import array_order, input_balance, step_counts
 from tfx_dist.reduce.cross_worker import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
 from tfx_dist.strategies.uneven_batches import ReplicaLossShares
-from tfx_dist.strategies import step_failures, variable_order
+from tfx_dist.elastic import membership
+from tfx_dist.strategies import elastic_swap, step_failures, variable_order
 
 
 class _SingleProcessTransport:
@@ -109,6 +110,12 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
         self._cluster_info = info
         local_devices = _local_devices(devices)
         worker_device = tfc.device_util.canonicalize("/device:CPU:0")
+        self._elastic = transport is None and membership.elastic()
+        if self._elastic:  # the driver says this worker's rank and the number of workers
+            transport = CommTransport.connect(info.rank, info.num_workers, info.worker_addresses or (),
+                                              timeout_s=timeout_s)
+            info = self._cluster_info = elastic_swap.member_info(info, membership.generation())
+            elastic_swap.follow_resets(self)
         if transport is None:
             transport = self._connect(info, timeout_s)
         if (transport.rank, transport.size) != (info.rank, info.num_workers):
@@ -132,7 +139,7 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
             checkpointing.register_strategy(container_strategy)
             checkpointing.install_save_barrier()
             if hasattr(transport, "communicator"):  # a save on the chief alone completes
-                save_agreement.join_at_exit(transport.communicator)
+                save_agreement.join_at_exit(transport)
             keras_callbacks.install()
             keras_calls.install(container_strategy)  # collectives never pair across calls
         tf.get_logger().info(
@@ -198,7 +205,7 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
                 if isinstance(initial_value, tfc.trackable_base.CheckpointInitialValue):
                     initial_value = initial_value.wrapped_value
                 initial_value = tf.convert_to_tensor(initial_value, dtype=kwargs.get("dtype"))
-                if self._num_workers == 1:
+                if self._num_workers == 1 or self._elastic:  # elastic: the state's broadcast
                     return initial_value
                 if tf.executing_eagerly():  # graphs pair their collectives by trace order
                     self._check_same_variable(kwargs.get("name"), initial_value)
@@ -296,7 +303,9 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput,
     def step_failed(self, error) -> None:
         """A Keras step raised ``error`` here: if the others are left waiting, fail them now."""
         if self._num_workers > 1:
-            step_failures.close_after_failed_step(error, self._transport.rank, self._transport.close)
+            communicator = getattr(self._transport, "communicator", None)
+            broken = communicator is not None and communicator.broken_code() != 0
+            step_failures.close_after_failed_step(error, self._transport.rank, self._transport.close, broken)
 
     def __deepcopy__(self, memo):
         raise ValueError("tfx_dist.MultiWorkerMirroredStrategy holds open connections to the "

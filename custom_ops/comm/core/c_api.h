@@ -152,7 +152,9 @@ TFX_API int32_t tfx_comm_transport(int64_t id, int32_t peer, char* out, int32_t 
  * in them, [3] bytes all-reduced, [4] ns from submission to running, [5] ns
  * running, summed over collectives, [6] all-reduce buckets run
  * hierarchically, [7] names the runtime holds state for (0 once every
- * collective completed: nothing is kept per call). Writes min(n, 8) values. */
+ * collective completed: nothing is kept per call), [8] the status code that
+ * broke the communicator (0 while it works: a lost peer, a timeout or a closed
+ * connection breaks it for good). Writes min(n, 9) values. */
 TFX_API int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n);
 /* How this communicator all-reduces, into out: "hierarchical striped (2 hosts
  * x 2 ranks)", "hierarchical leaders (2 hosts of 2+3 ranks)" or

@@ -29,7 +29,8 @@ int32_t tfx_comm_stats(int64_t id, int64_t* out, int32_t n) {
                             st.fused_entries.load(),     st.allreduce_bytes.load(),
                             st.waiting_ns.load(),        st.running_ns.load(),
                             st.hierarchical_buckets.load(),
-                            static_cast<int64_t>(comm->names_held())};
+                            static_cast<int64_t>(comm->names_held()),
+                            static_cast<int64_t>(comm->broken_code())};
   const int32_t count = static_cast<int32_t>(sizeof(values) / sizeof(values[0]));
   for (int32_t i = 0; i < n && i < count; ++i) out[i] = values[i];
   return 0;

@@ -58,6 +58,8 @@ class Communicator {
   using Stats = CommStats;
   const Stats& stats() const { return stats_; }
   size_t names_held() const { return runtime_->names_held(); }
+  // OK until a failure broke the runtime (a lost peer, a timeout, a closed connection).
+  Code broken_code() const { return runtime_->broken().code(); }
   void Close();
 
  private:
