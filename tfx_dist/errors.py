@@ -193,3 +193,15 @@ class PeerLostError(UnavailableError):
     ``tfx_dist.elastic.membership.reset()`` and restores the last commit. A collective raises
     it as a ``tfx_dist.comm.CollectivePeerLostError`` (also a ``PeerConnectionError``, the
     error a lost peer raised before)."""
+
+
+class HostsUpdatedInterrupt(TfxError):
+    """Elastic jobs: the driver added or removed workers. Raised by a state's ``commit()`` (or
+    ``check_host_updates()``) on every rank at the same commit, so every rank resets there;
+    ``skip_sync``: no rank joins, the committed state (equal everywhere) needs no broadcast."""
+
+    code = ABORTED
+
+    def __init__(self, skip_sync: bool = False, message: str = ""):
+        super().__init__(message or "the job's workers changed: every rank resets at this commit")
+        self.skip_sync = bool(skip_sync)

@@ -35,9 +35,10 @@ def __getattr__(name):
         from tfx_dist.horovod.sync_batch_norm import SyncBatchNormalization
 
         return SyncBatchNormalization
-    if name == "elastic":
-        raise AttributeError("tfx_dist.horovod has no `elastic` (Elastic Horovod is not supported): "
-                             "a job of fixed size restarts from its last checkpoint instead.")
+    if name == "elastic":  # imported on use: its Keras state loads Keras
+        import importlib
+
+        return importlib.import_module("tfx_dist.horovod.elastic")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -46,7 +47,7 @@ __all__ = [
     "Min", "PartialDistributedGradientTape", "PartialDistributedOptimizer", "ProcessSet", "Product",
     "Sum", "SyncBatchNormalization", "add_process_set", "allgather", "allgather_object", "allreduce",
     "alltoall", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object",
-    "broadcast_variables", "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built",
+    "broadcast_variables", "ccl_built", "elastic", "cross_rank", "cross_size", "cuda_built", "ddl_built",
     "gloo_built", "gloo_enabled", "global_process_set", "grouped_allgather", "grouped_allreduce",
     "grouped_reducescatter", "init", "is_homogeneous", "is_initialized", "join", "local_rank",
     "local_rank_op", "local_size", "local_size_op", "mpi_built", "mpi_enabled",

@@ -79,7 +79,7 @@ def init(comm=None, process_sets=None):
         communicator = membership.connect(info.rank, size, addresses, **_env.communicator_options())
         if membership.elastic():  # the driver says the rank and size; each reset says them again
             info = member_info(info, membership.generation(), communicator.addresses)
-            membership.on_reset(_follow_reset)
+        membership.on_reset(_follow_reset)  # also without a driver: a reset makes a new communicator
         _state = _State(info, communicator, *_host_index(info))
         _env.report_ignored(info.rank)
         # Keras (and a custom loop) drops its input iterator every epoch; destroying

@@ -21,6 +21,9 @@ from tfx_dist.horovod import mpi_ops as _ops
 from tfx_dist.horovod.gradients import DistributedOptimizer, PartialDistributedOptimizer
 from tfx_dist.horovod.unsupported import broadcast_global_variables
 from tfx_dist.horovod.keras import callbacks
+from tfx_dist.horovod import elastic_keras2
+
+elastic_keras2.install()  # Keras 2 names of Horovod's Keras scripts (optimizer.lr, compile's switch)
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -50,6 +53,10 @@ def __getattr__(name):
         from tfx_dist.horovod.sync_batch_norm import SyncBatchNormalization
 
         return SyncBatchNormalization
+    if name == "elastic":
+        import importlib
+
+        return importlib.import_module("tfx_dist.horovod.keras.elastic")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -58,7 +65,7 @@ __all__ = [
     "PartialDistributedOptimizer", "Product", "Sum", "SyncBatchNormalization",
     "allgather", "allgather_object", "allreduce", "broadcast", "broadcast_global_variables",
     "broadcast_object", "callbacks", "ccl_built", "cross_rank", "cross_size", "cuda_built",
-    "ddl_built", "gloo_built", "gloo_enabled", "init", "is_homogeneous", "is_initialized",
+    "ddl_built", "elastic", "gloo_built", "gloo_enabled", "init", "is_homogeneous", "is_initialized",
     "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
     "nccl_built", "rank", "reducescatter", "rocm_built", "shutdown", "size", "start_timeline",
     "stop_timeline",

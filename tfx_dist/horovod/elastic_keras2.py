@@ -1,0 +1,40 @@
+"""Two Keras 2 names Horovod's elastic examples use, accepted on Keras 3 (installed once, on import
+of ``tfx_dist.horovod.keras`` or ``hvd.elastic``):
+
+- ``optimizer.lr``: Keras 2's name of ``optimizer.learning_rate`` (the reset callbacks scale it);
+- ``model.compile(experimental_run_tf_function=False)``: Keras 2's switch, with no meaning in Keras
+  3 (its ``fit`` always applies the optimizer given); dropped.
+Any other argument Keras 3 does not know is still refused by Keras.
+"""
+
+from __future__ import annotations
+
+import functools
+
+_installed = False
+
+
+def _lr(optimizer):
+    # The TensorFlow variable under Keras's: `tf.keras.backend.set_value(opt.lr, x)` (Keras 2's
+    # idiom) reads a TensorFlow dtype; `opt.lr.assign(x)` works on either.
+    rate = optimizer.learning_rate
+    return getattr(rate, "value", rate)
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    import keras
+
+    if not hasattr(keras.optimizers.Optimizer, "lr"):
+        keras.optimizers.Optimizer.lr = property(
+            _lr, lambda self, value: setattr(self, "learning_rate", value))
+    compile_ = keras.Model.compile
+
+    @functools.wraps(compile_)
+    def compile(self, *args, experimental_run_tf_function=None, **kwargs):
+        return compile_(self, *args, **kwargs)
+
+    keras.Model.compile = compile
+    _installed = True
