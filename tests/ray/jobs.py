@@ -141,12 +141,59 @@ def _data_fit(config):
         inputs = {"id": keras.Input((), name="id"), "x": keras.Input((), name="x")}
         model = Recording(inputs, keras.layers.Dense(1)(keras.layers.Reshape((1,))(inputs["x"])))
         model.compile("sgd", "mse")
-    dataset = tfx_dist.ray.dataset_shard(strategy, feature_columns=["id", "x"], label_columns="y",
-                                         batch_size=16)
+    if config.get("direct"):  # the shard's tf.data.Dataset as it is (what dataset_shard avoids)
+        import ray.train
+        dataset = ray.train.get_dataset_shard("train").to_tf(feature_columns=["id", "x"], label_columns="y",
+                                                             batch_size=16)
+    else:
+        dataset = tfx_dist.ray.dataset_shard(strategy, feature_columns=["id", "x"], label_columns="y",
+                                             batch_size=16)
     model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=[Flush()])
     if rank == 0:
         with open(os.path.join(config["out"], "fit.json"), "w") as f:
             json.dump({"epochs": EPOCHS}, f)
+
+
+def _horovod(config):
+    """tfx_dist.horovod in Ray's TensorflowTrainer: init from Ray's TF_CONFIG, a few steps of
+    DistributedGradientTape; the ranks report their sizes, an all-reduce and their final weights."""
+    import tensorflow as tf
+
+    import tfx_dist.horovod as hvd
+
+    hvd.init()
+    total = float(hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum).numpy()[0])
+    w = tf.Variable([1.0, -1.0])
+    hvd.broadcast_variables([w], root_rank=0)
+    x = tf.constant([[1.0, 2.0], [3.0, 4.0]])[hvd.rank()]  # each rank its own example
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((w * x - 1.0) ** 2)
+        tape = hvd.DistributedGradientTape(tape)
+        w.assign_sub(0.01 * tape.gradient(loss, [w])[0])
+    with open(os.path.join(config["out"], f"horovod-{hvd.rank()}.json"), "w") as f:
+        json.dump({"size": hvd.size(), "sum": total, "w": w.numpy().tolist()}, f)
+    if hvd.rank() == 0:
+        with open(os.path.join(config["out"], "fit.json"), "w") as f:
+            json.dump({"size": hvd.size()}, f)
+
+
+def _tf_own_strategy(config):
+    """TensorFlow's own MultiWorkerMirroredStrategy under Ray's own TensorflowConfig (for the benchmark)."""
+    import tensorflow as tf
+
+    from local.models import digits, seeds_model
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = seeds_model()
+    (x, y), _ = digits()
+    start = time.monotonic()
+    model.fit(x, y, batch_size=BATCH * 2, epochs=config.get("epochs", EPOCHS), shuffle=False, verbose=0)
+    if strategy.cluster_resolver.task_id == 0:
+        with open(os.path.join(config["out"], "fit.json"), "w") as f:
+            json.dump({"fit_s": time.monotonic() - start,
+                       "examples": len(x) * config.get("epochs", EPOCHS)}, f)
 
 
 def _digest():
@@ -198,40 +245,55 @@ def main(case, address, out):
                     failure_config=FailureConfig(max_failures=2 if case == "restart" else 0))
     scaling = ScalingConfig(num_workers=2, use_gpu=False)
     start = time.monotonic()
+    epochs = int(os.environ.get("RAY_JOB_EPOCHS", EPOCHS))
     if case == "mwms":
-        trainer = TensorflowTrainer(_seeds_fit, train_loop_config={"out": out}, scaling_config=scaling,
+        trainer = TensorflowTrainer(_seeds_fit, train_loop_config={"out": out, "epochs": epochs},
+                                    scaling_config=scaling,
                                     run_config=run, tensorflow_config=tfx_dist.ray.TfxConfig())
     elif case == "restart":
         trainer = tfx_dist.ray.TfxTrainer(_seeds_fit, train_loop_config={"out": out, "save_freq": 5,
                                                                          "kill_at": 13},
                                           scaling_config=scaling, run_config=run)
+    elif case == "horovod":
+        trainer = TensorflowTrainer(_horovod, train_loop_config={"out": out}, scaling_config=scaling,
+                                    run_config=run, tensorflow_config=tfx_dist.ray.TfxConfig())
+    elif case == "tf-own":  # Ray's own TensorflowConfig: TF_CONFIG only
+        trainer = TensorflowTrainer(_tf_own_strategy, train_loop_config={"out": out, "epochs": epochs},
+                                    scaling_config=scaling, run_config=run)
     elif case == "ps":
         trainer = tfx_dist.ray.TfxTrainer(_ps_fit, num_ps=2, train_loop_config={"out": out},
                                           scaling_config=scaling, run_config=run)
-    elif case == "data":
+    elif case in ("data", "data-direct"):
         import ray.data
         rows = [{"id": float(i), "x": float(i % 7), "y": float(i % 3)} for i in range(DATA_ROWS)]
-        trainer = TensorflowTrainer(_data_fit, train_loop_config={"out": out}, scaling_config=scaling,
+        loop_config = {"out": out, "direct": case == "data-direct"}
+        trainer = TensorflowTrainer(_data_fit, train_loop_config=loop_config, scaling_config=scaling,
                                     run_config=run, tensorflow_config=tfx_dist.ray.TfxConfig(),
                                     datasets={"train": ray.data.from_items(rows)})
     else:
         raise SystemExit(f"unknown case {case}")
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except Exception as e:  # noqa: BLE001  (reported to the test or the benchmark)
+        print("RESULT " + json.dumps({"error": f"{type(e).__name__}: {str(e)[-2000:]}"}), flush=True)
+        return
     checkpoint = None
     if result.checkpoint is not None:
         with result.checkpoint.as_directory() as d:
             with open(os.path.join(d, "LATEST.json")) as f:
                 checkpoint = {"files": sorted(os.listdir(d)), "latest": json.load(f)}
-    with open(os.path.join(out, "fit.json")) as f:
-        fit = json.load(f)
+    fit = None
+    if os.path.exists(os.path.join(out, "fit.json")):
+        with open(os.path.join(out, "fit.json")) as f:
+            fit = json.load(f)
     if case == "ps":
         np.save(os.path.join(out, "weights-reference.npy"), _ps_reference())
     print("RESULT " + json.dumps({"trainer_s": time.monotonic() - start, "fit": fit, "checkpoint": checkpoint,
-                                  "error": str(result.error) if result.error else None}), flush=True)
+                                  "error": str(result.error)[-2000:] if result.error else None}), flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "plain":  # a worker of the same job under tfx-dist-run
-        _seeds_fit({"out": sys.argv[3]})
+        _seeds_fit({"out": sys.argv[3], "epochs": int(os.environ.get("RAY_JOB_EPOCHS", EPOCHS))})
         os._exit(0)
     main(*sys.argv[1:4])

@@ -89,6 +89,19 @@ def test_two_workers_through_tensorflow_trainer_equal_tfx_dist_run(cluster, outp
         assert secret.encode() not in body, api
 
 
+def test_tfx_dist_horovod_in_tensorflow_trainer(cluster, outputs):
+    out = outputs / "horovod"
+    assert run_job("horovod", cluster, out)["error"] is None
+    ranks = [json.load(open(out / f"horovod-{rank}.json")) for rank in range(2)]
+    assert [r["size"] for r in ranks] == [2, 2] and [r["sum"] for r in ranks] == [3.0, 3.0]
+    # Three steps of plain gradient descent on the mean of both ranks' gradients.
+    w, xs = np.array([1.0, -1.0]), np.array([[1.0, 2.0], [3.0, 4.0]])
+    for _ in range(3):
+        w = w - 0.01 * np.mean([2 * (w * x - 1.0) * x for x in xs], axis=0)
+    np.testing.assert_allclose(ranks[0]["w"], w, rtol=1e-5)
+    np.testing.assert_allclose(ranks[1]["w"], w, rtol=1e-5)
+
+
 def test_a_killed_worker_actor_resumes_at_the_step_through_failure_config(cluster, outputs):
     out = outputs / "restart"
     result = run_job("restart", cluster, out)
@@ -122,9 +135,11 @@ def test_parameter_servers_as_actors_two_workers_two_servers(cluster, outputs):
     np.testing.assert_allclose(w0[-5:], reference[-5:], rtol=1e-5, atol=1e-7)
 
 
-def test_ray_data_shards_every_example_once_per_epoch(cluster, outputs):
-    out = outputs / "data"
-    run_job("data", cluster, out)
+@pytest.mark.parametrize("case", ["data", "data-direct"])
+def test_ray_data_shards_every_example_once_per_epoch(cluster, outputs, case):
+    # "data": through tfx_dist.ray.dataset_shard; "data-direct": the shard's to_tf() given to fit.
+    out = outputs / case
+    run_job(case, cluster, out)
     for epoch in range(2):
         seen = [json.load(open(out / f"seen-{rank}-{epoch}.json")) for rank in range(2)]
         assert len(seen[0]) == len(seen[1]) == 256

@@ -15,7 +15,6 @@ nor a process's own changes to its environment.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import secrets
 
@@ -27,9 +26,6 @@ from tfx_dist.cluster.info import join_address, make_tf_config
 from tfx_dist.launcher.ports import pick_ports
 from tfx_dist.ray import preflight
 from tfx_dist.ray.parameter_servers import ParameterServers
-
-# Set in every worker: where each rank runs, for errors that name the node of a lost peer.
-NODES_ENV = "TFX_RAY_NODES"
 
 
 @dataclasses.dataclass
@@ -70,9 +66,8 @@ class _TfxBackend(Backend):
             self._servers = ParameterServers(backend_config.num_ps, backend_config.cpus_per_ps)
             cluster["ps"] = self._servers.addresses
         secret = secrets.token_hex(32)  # fresh for every start of the group
-        nodes = json.dumps([{"node_id": w["node_id"], "node_ip": w["node_ip"]} for w in workers])
         ray.get([worker_group.execute_single_async(rank, _join_job, make_tf_config(cluster, "worker", rank),
-                                                   secret, restart_count, nodes)
+                                                   secret, restart_count)
                  for rank in range(len(workers))])
         if self._servers is not None:
             self._servers.serve(cluster, secret, synchronous=backend_config.ps_mode == "sync")
@@ -104,9 +99,8 @@ def _describe_worker() -> dict:
             "tfx_dist": tfx_dist.__version__}
 
 
-def _join_job(tf_config: str, secret: str, restart_count: int, nodes: str) -> None:
+def _join_job(tf_config: str, secret: str, restart_count: int) -> None:
     """Runs on a worker actor before the training function: its place in the job and the secret."""
     os.environ["TF_CONFIG"] = tf_config
     os.environ["TFX_JOB_SECRET"] = secret
     os.environ["TFX_RESTART_COUNT"] = str(restart_count)
-    os.environ[NODES_ENV] = nodes

@@ -1,11 +1,11 @@
 """`dataset_shard`: this worker's Ray Data shard, as input a tfx_dist strategy does not shard again.
 
 Ray Train splits each dataset among the workers (``get_dataset_shard``): a
-worker's shard is already its own. Given to `fit` as a plain
-``tf.data.Dataset``, a multi-worker strategy would shard it once more (each
-worker keeping 1/N of its 1/N). Built per worker through the strategy's
-``distribute_datasets_from_function``, it is read as it is, each batch split
-among the worker's own replicas only.
+worker's shard is already its own, and ``to_tf`` marks its dataset
+``AutoShardPolicy.OFF``, which the strategies honour. This builds it through
+the strategy's ``distribute_datasets_from_function`` instead, so that the
+batch size is explicitly one worker's, split among the worker's own replicas
+only, whatever the dataset's options say.
 """
 
 from __future__ import annotations
