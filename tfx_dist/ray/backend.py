@@ -63,6 +63,7 @@ class _TfxBackend(Backend):
         preflight.check_same_tensorflow(workers)
         cluster = {"worker": [join_address(w["node_ip"], w["port"]) for w in workers]}
         if backend_config.num_ps:
+            preflight.check_free_cpus_for_servers(backend_config.num_ps, backend_config.cpus_per_ps)
             self._servers = ParameterServers(backend_config.num_ps, backend_config.cpus_per_ps)
             cluster["ps"] = self._servers.addresses
         secret = secrets.token_hex(32)  # fresh for every start of the group

@@ -3,6 +3,7 @@ sentence that names the node and what to do instead of hanging or failing mid-st
 
 from __future__ import annotations
 
+import time
 from typing import Dict, List, Sequence
 
 from tfx_dist.errors import MismatchError, ResourceExhaustedError
@@ -16,6 +17,8 @@ def check_resources(num_workers: int, cpus_per_worker: float, num_ps: int = 0,
     """
     import ray
 
+    if not ray.is_initialized():
+        ray.init()
     alive = [node for node in ray.nodes() if node.get("Alive")]
     cpus = {_node_name(node): float(node.get("Resources", {}).get("CPU", 0)) for node in alive}
     wanted = num_workers * cpus_per_worker + num_ps * cpus_per_ps
@@ -32,6 +35,27 @@ def check_resources(num_workers: int, cpus_per_worker: float, num_ps: int = 0,
         f"(at most {largest:g} on one node), and the nodes have {nodes}. Start more nodes "
         f"(`ray start --address=... --num-cpus=N`), give a node more (`--num-cpus`), or ask for fewer "
         f"workers or CPUs per worker (ScalingConfig(num_workers=..., resources_per_worker={{'CPU': ...}})).")
+
+
+def check_free_cpus_for_servers(num_ps: int, cpus_per_ps: float, wait_s: float = 30.0) -> None:
+    """Raises ResourceExhaustedError when the servers' CPUs are not free once the workers hold theirs.
+
+    Ray would wait for them without end. Waits up to ``wait_s`` (the servers of the group
+    before a restart may still be giving theirs back).
+    """
+    import ray
+
+    deadline = time.monotonic() + wait_s
+    free = float(ray.available_resources().get("CPU", 0))
+    while free < num_ps * cpus_per_ps:
+        if time.monotonic() > deadline:
+            raise ResourceExhaustedError(
+                f"tfx_dist.ray: {num_ps} parameter server(s) x {cpus_per_ps:g} CPU cannot start: the worker "
+                f"group holds its CPUs and {free:g} CPU are free in the Ray cluster (waited {wait_s:g} s). "
+                f"Add nodes or CPUs, or lower cpus_per_ps (TfxConfig / TfxTrainer); TfxTrainer checks "
+                f"this before starting.")
+        time.sleep(0.5)
+        free = float(ray.available_resources().get("CPU", 0))
 
 
 def _node_name(node: dict) -> str:
