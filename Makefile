@@ -104,3 +104,10 @@ wheels:
 # build/compat/tfnightly/report.md (never gates CI).
 tf-nightly:
 	bash scripts/nightly_report.sh
+
+# tfx_dist under Ray Train (tests/ray): a local Ray cluster of three `ray start` nodes and
+# five Ray jobs, several minutes, so not part of `make test`. Installs Ray first.
+.PHONY: ray
+ray:
+	$(PYTHON) -m pip install "ray[default,train]==2.60.0"
+	TFX_RAY_TESTS=1 $(PYTHON) -m pytest tests/ray -q --durations=10
