@@ -206,3 +206,29 @@ def test_shuffled_inputs_resume_in_the_uninterrupted_order_and_an_unseeded_reshu
     result = json.loads(lines[-1][len("RESULT "):])
     assert result["numpy"] < 1e-5 and result["seeded"] < 1e-5, result
     assert len(result["warnings"]) == 1 and "without a seed" in result["warnings"][0], result
+
+
+def test_a_fit_without_a_strategy_saves_and_restores_the_optimizer_slots(tmp_path):
+    # Keras builds the optimizer at the first step when no strategy does it first; the checkpoint's
+    # list of variables is made before that, so it must build the slots itself or lose them.
+    from tfx_dist.fault_tolerance import StepCheckpoint
+
+    def fit(epochs):
+        keras.utils.set_random_seed(3)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.Adam(0.1), "mse")
+        x = np.random.RandomState(0).rand(16, 3).astype("float32")
+        model.fit(x, x.sum(1, keepdims=True), batch_size=4, epochs=epochs, shuffle=False, verbose=0,
+                  callbacks=[StepCheckpoint(str(tmp_path / "ckpt"), save_freq=2)])
+        return model
+
+    trained = fit(1)
+    with open(os.path.join(tmp_path, "ckpt", "LATEST.json")) as f:
+        latest = json.load(f)
+    with open(os.path.join(tmp_path, "ckpt", latest["path"], dense_state.LAYOUT)) as f:
+        saved = json.load(f)
+    # kernel, bias + Adam's iterations, learning rate, two slots per weight
+    assert len(saved) == 2 + 2 + 4, saved
+    resumed = fit(1)  # resumes after the last step: the slots come back, nothing more is trained
+    for a, b in zip(trained.optimizer.variables, resumed.optimizer.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)

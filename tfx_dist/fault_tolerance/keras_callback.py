@@ -92,6 +92,7 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._strategy = model.distribute_strategy
         self._tables = table_state.tables_of(model)
         self._agreement = StopAgreement(self._strategy)
+        _build_optimizer(model)
         self._variables = dense_state.model_variables(model)
         self._step, self._epoch, self._step_in_epoch, self._to_skip = 0, 0, 0, 0
         self._skipping = False
@@ -216,3 +217,12 @@ def _iterators_per_epoch(steps) -> int:
 def _num_servers(strategy) -> int:
     """The parameter servers of the strategy's job (0 without)."""
     return len(getattr(getattr(strategy, "cluster_info", None), "ps_addresses", None) or ())
+
+
+def _build_optimizer(model) -> None:
+    """Creates the optimizer's slots before they are listed: without a strategy Keras makes them at
+    the first step, and a checkpoint listing the variables earlier would save and restore none."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built:
+        with model.distribute_strategy.scope():
+            optimizer.build(model.trainable_variables)
