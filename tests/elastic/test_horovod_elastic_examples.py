@@ -1,5 +1,7 @@
 """Horovod's elastic TensorFlow 2 examples (examples/horovod/elastic/, only the import and the data
-changed) run under `tfx-dist-run -n 2`, shortened by the test to a few steps."""
+changed) run under `tfx-dist-run -n 2`, shortened by the test to a few steps. Marked long (`make
+reliability-long`): test_horovod_elastic_examples_kill.py runs the same examples, with a worker killed,
+in CI."""
 
 import os
 import subprocess
@@ -20,6 +22,7 @@ SHORTER = {  # the examples' lengths -> a few steps
 }
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", sorted(SHORTER))
 def test_example_runs(name, tmp_path):
     with open(os.path.join(EXAMPLES, name)) as f:
