@@ -25,7 +25,9 @@ def test_a_killed_worker_is_replaced_and_the_survivors_keep_their_processes():
         # Lost w1: generation 1 of 2 ranks; then w3 joined: generation 2 of 3, rank 2 to be sent the state.
         assert [r[:4] for r in done[name]["resets"]] == [[1, 0 if name == "w0" else 1, 2, []],
                                                          [2, 0 if name == "w0" else 1, 3, [2]]]
-        assert done[name]["resets"][0][4] == "CollectivePeerLostError"
+        # The survivor learns of the loss from its failed collective or, when the driver's notice
+        # comes first, from pending_change() before the next one: both are the elastic signal.
+        assert done[name]["resets"][0][4] in ("CollectivePeerLostError", "PeerLostError")
     assert ("w3", done["w3"]["pid"], 2, 2, 3) in steps      # the replacement, in generation 2
     assert all(d["wrong"] == 0 and d["step"] == 120 for d in done.values())  # every sum was right
     assert "worker w1 was killed by SIGKILL" in output and "started worker w3" in output
