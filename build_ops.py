@@ -153,11 +153,11 @@ def _compile(src: str, obj: str, cflags: list[str]) -> str:
 
 
 def _newest_input(src: str) -> float:
-    # Headers (and .inc files) may change without the source changing: depend on every one
-    # of the library's folder tree (cheap, and never stale).
-    lib_root = src.split(os.sep + "cc" + os.sep)[0].split(os.sep + "core" + os.sep)[0]
+    # Headers (and .inc files) may change without the source changing, and a library's sources
+    # include headers of others (the server's of the store, everyone's of common/): depend on
+    # every header under custom_ops/ (cheap, and never stale).
     headers = [h for ext in ("h", "inc")
-               for h in glob.glob(os.path.join(lib_root, "**", "*." + ext), recursive=True)]
+               for h in glob.glob(os.path.join(ROOT, "custom_ops", "**", "*." + ext), recursive=True)]
     return max([os.path.getmtime(src)] + [os.path.getmtime(h) for h in headers])
 
 
