@@ -30,11 +30,16 @@ def install() -> None:
     if not hasattr(keras.optimizers.Optimizer, "lr"):
         keras.optimizers.Optimizer.lr = property(
             _lr, lambda self, value: setattr(self, "learning_rate", value))
+    # Replaced on every class of keras.Model's that holds Keras's compile (keras.Model and its
+    # trainer), with one function: Keras's loading skips compiling a model whose class's compile
+    # differs from the trainer's, which would lose the loss of every `.keras` file loaded later.
     compile_ = keras.Model.compile
+    owners = [c for c in keras.Model.__mro__ if vars(c).get("compile") is compile_]
 
     @functools.wraps(compile_)
     def compile(self, *args, experimental_run_tf_function=None, **kwargs):
         return compile_(self, *args, **kwargs)
 
-    keras.Model.compile = compile
+    for owner in owners:
+        owner.compile = compile
     _installed = True
