@@ -43,7 +43,8 @@ from tfx_dist._tf_compat.imports import (auto_control_deps_utils,  # noqa: E402
 from tfx_dist._tf_compat.fields import (component_variable,  # noqa: E402
                                         dataset_function_graphs, dataset_inputs,
                                         init_collective_extended, input_workers,
-                                        run_independently, skip_partial_batch_check)
+                                        reshuffles_each_iteration, run_independently,
+                                        shuffle_seeds, skip_partial_batch_check)
 from tfx_dist._tf_compat.keras_optimizer import GradientHook, optimizer_with_gradient_hook  # noqa: E402
 from tfx_dist._tf_compat.checkpoint_files import (current_checkpoint_prefix,  # noqa: E402
                                                   current_restore_prefix, delete_with_checkpoints)
@@ -68,8 +69,8 @@ __all__ = [
     "distribute_lib", "distribute_utils", "input_lib", "mirrored_strategy", "numpy_dataset",
     "parameter_server_lib", "reduce_util", "resource_variable_ops", "trackable_base", "values_lib",
     "component_variable", "dataset_function_graphs", "dataset_inputs", "init_collective_extended",
-    "input_workers",
-    "run_independently", "skip_partial_batch_check",
+    "input_workers", "reshuffles_each_iteration",
+    "run_independently", "shuffle_seeds", "skip_partial_batch_check",
     "build_from_first_replica", "building_symbolically", "gather_rows", "shuffled_array_input",
     "check_partial_batches_locally", "current_checkpoint_prefix",
     "current_restore_prefix", "delete_with_checkpoints", "hand_over_dropped_iterators",

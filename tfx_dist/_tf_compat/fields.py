@@ -68,6 +68,16 @@ def dataset_inputs(dataset: tf.data.Dataset) -> list:
     return list(dataset._inputs())  # pylint: disable=protected-access
 
 
+def reshuffles_each_iteration(dataset: tf.data.Dataset) -> bool:
+    """Whether ``dataset`` is a ``shuffle(..., reshuffle_each_iteration=True)`` step."""
+    return getattr(dataset, "_reshuffle_each_iteration", False) is True  # pylint: disable=protected-access
+
+
+def shuffle_seeds(dataset: tf.data.Dataset) -> tuple:
+    """The (op seed, graph seed) tensors of a shuffle step; (0, 0) means TensorFlow draws its own."""
+    return tuple(getattr(dataset, name, None) for name in ("_seed", "_seed2"))
+
+
 def dataset_function_graphs(dataset: tf.data.Dataset) -> list:
     """The graphs of the functions ``dataset`` applies (map, filter, ...)."""
     return [fn.function.graph for fn in dataset._functions()]  # pylint: disable=protected-access

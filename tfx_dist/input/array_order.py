@@ -104,16 +104,15 @@ def _reshuffling(dataset: tf.data.Dataset) -> tuple:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if getattr(node, "_reshuffle_each_iteration", False) is True:
+        if tfc.reshuffles_each_iteration(node):
             found.append(node)
-        inputs = getattr(node, "_inputs", None)
-        pending.extend(inputs() if callable(inputs) else ())
+        pending.extend(tfc.dataset_inputs(node))
     return tuple(found)
 
 
 def _seeded(shuffle) -> bool:
     # Seeds (0, 0): TensorFlow draws random ones (no op seed and no global seed was set).
-    seeds = [getattr(shuffle, name, None) for name in ("_seed", "_seed2")]
+    seeds = tfc.shuffle_seeds(shuffle)
     return all(seed is not None for seed in seeds) and any(int(seed) != 0 for seed in seeds)
 
 
