@@ -194,10 +194,9 @@ def test_mirrored_strategy_matches_one_device(optimizer):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_a_rule_without_kernel_trains_a_table_of_this_process_as_keras_does():
-    """Lion (weight decay too) has no kernel in the store: a dynamic table in this process applies
-    Keras's own update step to each step's rows (tables/general_rule.py, a py_function in fit's
-    tf.function), equal to Keras's Lion on keras.layers.Embedding where every step names every row."""
+def test_lion_trains_a_table_of_this_process_as_keras_does():
+    """Lion (weight decay too), the store's kernel: a dynamic table in this process equals Keras's
+    Lion on keras.layers.Embedding where every step names every row."""
     rows, n = 16, 128
     ids = np.stack([np.arange(n) % rows, (np.arange(n) * 7 + 3) % rows], 1)  # 16 examples: every row
     label = ((ids[:, 0] % 2) == 0).astype("float32")[:, None]
