@@ -125,8 +125,12 @@ float NadamSchedule::Product(double beta_1, int64_t step) {
   // TensorFlow's CPU threads flush subnormal results to 0 (so does this): the
   // product reaches 0 (after about 850 steps with beta_1 = 0.9) and stays there.
   for (; step_ < step && product_ != 0.0f; ++step_) {
-    product_ = (product_ * b) * (1.0f - 0.5f * std::pow(0.96f, static_cast<float>(step_ + 1)));
-    if (product_ < std::numeric_limits<float>::min()) product_ = 0.0f;
+    const float u = 1.0f - 0.5f * std::pow(0.96f, static_cast<float>(step_ + 1));
+    const float next = (product_ * b) * u;
+    // u stays 1 from here on (0.96^t below float32's half ulp of 1): an unchanged
+    // product is a fixed point (beta_1 that rounds to 1, or to within an ulp of it).
+    if (next == product_ && u == 1.0f) break;
+    product_ = next < std::numeric_limits<float>::min() ? 0.0f : next;
   }
   step_ = step;
   return product_;

@@ -216,6 +216,9 @@ void TestNadamScheduleIsAFunctionOfTheStep() {
   CHECK(walked.Product(0.9, 3) == NadamSchedule().Product(0.9, 3));   // back to an earlier step
   CHECK(walked.Product(0.8, 3) == NadamSchedule().Product(0.8, 3));   // another beta_1
   CHECK(walked.Product(0.9, 1) == 0.9f * (1.0f - 0.5f * 0.96f));      // Keras's first step
+  // beta_1 rounding to 1 in float32: the product stops moving, and a huge step returns at once.
+  const float stuck = NadamSchedule().Product(0.99999999, 1000);
+  CHECK(stuck > 0 && NadamSchedule().Product(0.99999999, int64_t{1} << 60) == stuck);
   // An apply at step 0 (no 1-based count) is refused by every rule that reads the step.
   for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamax, OptimizerKind::kNadam}) {
     TableConfig c = Config(10, 4, 0, 1);
