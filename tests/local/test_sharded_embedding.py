@@ -216,3 +216,15 @@ def test_lion_trains_a_table_of_this_process_as_keras_does():
     assert losses[-1] < losses[0]
     np.testing.assert_allclose(losses, keras_losses, rtol=1e-5)
     np.testing.assert_allclose(rows_here, keras_rows, rtol=1e-5, atol=1e-7)
+
+
+def test_an_optimizer_that_is_not_row_by_row_is_refused_at_the_first_step():
+    """Lamb's trust ratio is a norm over the whole variable: fit fails at once naming why and the
+    supported list, rather than training the table with another rule."""
+    inputs = keras.Input((2,), dtype="int64")
+    out = keras.layers.Dense(1)(keras.layers.Flatten()(ShardedEmbedding(None, 4)(inputs)))
+    model = keras.Model(inputs, out)
+    model.compile(keras.optimizers.Lamb(0.01), "mse")
+    with pytest.raises(ValueError, match="Lion, Nadam .*Lamb cannot be: its trust ratio is a norm "
+                                         "over the whole variable"):
+        model.fit(np.zeros((4, 2), np.int64), np.zeros((4, 1)), verbose=0)

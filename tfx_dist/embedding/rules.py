@@ -98,7 +98,8 @@ NATIVE_RULES = {"SGD": SGD, "Adagrad": Adagrad, "Adam": Adam, "AdamW": Adam, "Ft
 NOT_ROW_BY_ROW = {
     "Lamb": "its trust ratio is a norm over the whole variable",
     "Adafactor": "its second moments are factored over the rows and columns of the whole variable",
-    "Muon": "it orthogonalises the whole matrix update",
+    "Muon": "it orthogonalises the whole matrix update (the AdamW it applies to embeddings "
+            "scales the learning rate of the update but not of the decay; compile with AdamW)",
     "ScheduleFreeAdamW": "its averages assume every row is updated every step, and its state "
                          "starts at the variable's value",
 }
