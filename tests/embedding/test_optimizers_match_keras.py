@@ -238,3 +238,13 @@ def test_exclude_from_weight_decay_is_asked_of_the_variable_standing_for_the_row
     for table in (excluded, by_name, kept):
         table.set_optimizer(optimizer)
     assert (excluded.used.weight_decay, by_name.used.weight_decay, kept.used.weight_decay) == (0, 0, 0.1)
+
+
+def test_checkpoints_name_every_rule_and_refuse_one_this_version_lacks():
+    from tfx_dist.parameter_server import table_checkpoint
+
+    for case in ("nadam_weight_decay", "adadelta", "lion", "adamax", "adamw", "rmsprop_centered"):
+        rule = store.optimizer_from_keras(CASES[case]())
+        assert table_checkpoint.decode_optimizer(table_checkpoint.encode_optimizer(rule)) == rule
+    with pytest.raises(ValueError, match="optimizer rule this version does not have .KerasRule"):
+        table_checkpoint.decode_optimizer('{"kind": "KerasRule", "name": "Lion", "slots": 1}')
