@@ -85,6 +85,25 @@ std::vector<Named> Optimizers() {
   c.kind = OptimizerKind::kAdam;
   c.weight_decay = 0.004;
   out.push_back({"adam weight decay (AdamW)", c});
+  c = {};
+  c.kind = OptimizerKind::kAdadelta;
+  c.rho = 0.95;
+  out.push_back({"adadelta", c});
+  c = {};
+  c.kind = OptimizerKind::kAdamax;
+  out.push_back({"adamax", c});
+  c.weight_decay = 0.1;
+  out.push_back({"adamax weight decay", c});
+  c = {};
+  c.kind = OptimizerKind::kLion;
+  c.beta_2 = 0.99;
+  out.push_back({"lion", c});
+  c = {};
+  c.kind = OptimizerKind::kNadam;
+  out.push_back({"nadam", c});
+  c.beta_1 = 0.8;
+  c.weight_decay = 0.05;
+  out.push_back({"nadam weight decay", c});
   return out;
 }
 

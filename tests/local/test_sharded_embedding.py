@@ -194,10 +194,9 @@ def test_mirrored_strategy_matches_one_device(optimizer):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_a_rule_without_kernel_trains_a_table_of_this_process_as_keras_does():
-    """Lion (weight decay too) has no kernel in the store: a dynamic table in this process applies
-    Keras's own update step to each step's rows (tables/general_rule.py, a py_function in fit's
-    tf.function), equal to Keras's Lion on keras.layers.Embedding where every step names every row."""
+def test_lion_trains_a_table_of_this_process_as_keras_does():
+    """Lion (weight decay too), the store's kernel: a dynamic table in this process equals Keras's
+    Lion on keras.layers.Embedding where every step names every row."""
     rows, n = 16, 128
     ids = np.stack([np.arange(n) % rows, (np.arange(n) * 7 + 3) % rows], 1)  # 16 examples: every row
     label = ((ids[:, 0] % 2) == 0).astype("float32")[:, None]
@@ -217,3 +216,15 @@ def test_a_rule_without_kernel_trains_a_table_of_this_process_as_keras_does():
     assert losses[-1] < losses[0]
     np.testing.assert_allclose(losses, keras_losses, rtol=1e-5)
     np.testing.assert_allclose(rows_here, keras_rows, rtol=1e-5, atol=1e-7)
+
+
+def test_an_optimizer_that_is_not_row_by_row_is_refused_at_the_first_step():
+    """Lamb's trust ratio is a norm over the whole variable: fit fails at once naming why and the
+    supported list, rather than training the table with another rule."""
+    inputs = keras.Input((2,), dtype="int64")
+    out = keras.layers.Dense(1)(keras.layers.Flatten()(ShardedEmbedding(None, 4)(inputs)))
+    model = keras.Model(inputs, out)
+    model.compile(keras.optimizers.Lamb(0.01), "mse")
+    with pytest.raises(ValueError, match="Lion, Nadam .*Lamb cannot be: its trust ratio is a norm "
+                                         "over the whole variable"):
+        model.fit(np.zeros((4, 2), np.int64), np.zeros((4, 1)), verbose=0)

@@ -133,9 +133,9 @@ def test_two_workers_and_two_parameter_servers(tmp_path, reference):
     np.testing.assert_allclose(restored.result["user_rows"], a["user_rows"], rtol=1e-6, atol=1e-7)
 
 
-def test_a_rule_without_kernel_on_two_workers_equals_one_worker(tmp_path):
-    """Adamax with weight decay has no kernel in the store: each owner applies Keras's own update
-    step to its rows of every worker's gradients (tables/general_rule.py). 2 workers equal 1 worker
+def test_adamax_with_weight_decay_on_two_workers_equals_one_worker(tmp_path):
+    """Adamax with weight decay (the store's kernel): each owner applies it to its rows of every
+    worker's gradients. 2 workers equal 1 worker
     of the same global batches (both lazy: a one-process Keras variable decays every row)."""
     env = {"OPTIMIZER": "Adamax", "LR": "0.05", "OPTIMIZER_ARGS": '{"weight_decay": 0.1}'}
     (one,) = _run(tmp_path / "one", 1, **env)

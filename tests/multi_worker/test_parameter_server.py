@@ -179,10 +179,23 @@ def test_rmsprop_with_weight_decay_on_servers_equals_keras(tmp_path, full_refere
     """RMSprop (momentum, centered) with Keras's weight decay, tables and dense variables on the
     servers: every number equals Keras's own optimizer in one process (a plain Keras variable for
     the table). Every step names every row, where the servers' lazy rule is Keras's dense one."""
-    env = {"EVERY_ROW": "1", "OPTIMIZER_ARGS": '{"momentum": 0.5, "centered": true, "weight_decay": 0.2}'}
-    reference = full_reference("RMSprop", **env)
+    _every_number_equals_keras(tmp_path, full_reference, "RMSprop",
+                               '{"momentum": 0.5, "centered": true, "weight_decay": 0.2}')
+
+
+def test_nadam_with_weight_decay_on_servers_equals_keras(tmp_path, full_reference):
+    """Nadam (its momentum-schedule product kept per step) with Keras's weight decay, tables and
+    dense variables on the servers, as RMSprop above: every number equals one-process Keras.
+    Parameter servers refused Nadam before (no kernel)."""
+    _every_number_equals_keras(tmp_path, full_reference, "Nadam",
+                               '{"beta_1": 0.8, "weight_decay": 0.2}')
+
+
+def _every_number_equals_keras(tmp_path, full_reference, optimizer, arguments):
+    env = {"EVERY_ROW": "1", "OPTIMIZER_ARGS": arguments}
+    reference = full_reference(optimizer, **env)
     workers, servers = run_ps_job(tmp_path, "ps_keras.py", env={
-        "DENSE": "servers", "FULL": "1", "OPTIMIZER": "RMSprop", "LR": "0.05", **env})
+        "DENSE": "servers", "FULL": "1", "OPTIMIZER": optimizer, "LR": "0.05", **env})
     _check_exits(workers + servers)
     a, b = (w.result for w in workers)
     assert a["rows"] == b["rows"] and a["loop_weights"] == b["loop_weights"]

@@ -110,6 +110,16 @@ def test_dynamic_table_trained_by_adam_restores_into_one_server(tmp_path):
         _same_training(result, w)
 
 
+def test_nadam_restores_into_three_servers(tmp_path):
+    """Nadam: its slots and the servers' step count (its bias correction and momentum-schedule
+    product are functions of it) restore into another number of servers. Refused on servers
+    before (no kernel)."""
+    env = {"OPTIMIZER": "Nadam"}
+    ckpt, result = _save(tmp_path, **env)
+    for w in _restore(tmp_path, ckpt, num_ps=3, **env):
+        _same_training(result, w)
+
+
 def test_keras_callbacks_resume_and_load_model_in_a_new_job(tmp_path, saved):
     """BackupAndRestore and ModelCheckpoint with a server table: the save job's first epoch ran
     as a fit stopped by an error after it. A new job loads ModelCheckpoint's .keras with

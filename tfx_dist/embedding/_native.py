@@ -10,11 +10,12 @@ from tfx_dist import _native as native
 from tfx_dist import errors
 
 # Keep in step with c_api.h (TFX_EMB_ABI_VERSION and the structs); checked on load.
-ABI_VERSION = 3
+ABI_VERSION = 4
 ERR_LEN = native.ERR_LEN
 
 INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}
-OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3, "rmsprop": 4, "external": 5}
+OPTIMIZERS = {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 3, "rmsprop": 4, "adadelta": 6, "adamax": 7,
+              "lion": 8, "nadam": 9}
 
 _i64_p = ctypes.POINTER(ctypes.c_int64)
 _f32_p = ctypes.POINTER(ctypes.c_float)
@@ -59,8 +60,7 @@ class OptimizerConfig(ctypes.Structure):
                 ("l1_regularization_strength", ctypes.c_double),
                 ("l2_regularization_strength", ctypes.c_double),
                 ("l2_shrinkage_regularization_strength", ctypes.c_double), ("beta", ctypes.c_double),
-                ("rho", ctypes.c_double), ("weight_decay", ctypes.c_double),
-                ("external_slots", ctypes.c_int32), ("reserved", ctypes.c_int32)]
+                ("rho", ctypes.c_double), ("weight_decay", ctypes.c_double)]
 
 
 class TableConfig(ctypes.Structure):

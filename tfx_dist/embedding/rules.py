@@ -1,17 +1,15 @@
 """The store's optimizer rules: Keras 3's optimizers as the embedding store applies them.
 
-Each native rule is a dataclass of a Keras optimizer's constructor arguments
-(the learning rate excepted: it comes with every apply), with Keras's
-defaults; `KerasRule` stands for an optimizer without a native kernel, which
-the general path (`tfx_dist.tables.general_rule`) applies in TensorFlow to
-the rows a step names. `optimizer_from_keras` converts a Keras optimizer.
+Each rule is a dataclass of a Keras optimizer's constructor arguments (the
+learning rate excepted: it comes with every apply), with Keras's defaults, and
+has a kernel in the store (CPU and CUDA: custom_ops/embedding/core/optimizer_rules.h).
+`optimizer_from_keras` converts a Keras optimizer.
 (``tfx_dist.embedding.store`` re-exports every name here.)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Union
 
 
@@ -36,10 +34,16 @@ class Adagrad(_Rule):
 
 
 @dataclasses.dataclass(frozen=True)
-class Adam(_Rule):
+class _Moments(_Rule):
+    """Adam's family: decay rates of the first and second moments, and epsilon."""
+
     beta_1: float = 0.9
     beta_2: float = 0.999
     epsilon: float = 1e-7
+
+
+@dataclasses.dataclass(frozen=True)
+class Adam(_Moments):
     amsgrad: bool = False
 
 
@@ -62,26 +66,43 @@ class RMSprop(_Rule):
 
 
 @dataclasses.dataclass(frozen=True)
-class KerasRule(_Rule):
-    """A Keras optimizer the store has no kernel for: the store keeps ``slots`` slots per row
-    (starting at 0) and the caller applies Keras's own update step to the records of the rows a
-    step names (`tfx_dist.tables.general_rule`). ``hyperparameters``: JSON of its arguments."""
-
-    name: str = ""
-    hyperparameters: str = "{}"
-    slots: int = 0
+class Adadelta(_Rule):
+    rho: float = 0.95
+    epsilon: float = 1e-7
 
 
-Optimizer = Union[SGD, Adagrad, Adam, Ftrl, RMSprop, KerasRule]
-# Keras's classes with a native rule (AdamW: Adam with weight decay, its own default 0.004).
+@dataclasses.dataclass(frozen=True)
+class Adamax(_Moments):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Lion(_Rule):
+    beta_1: float = 0.9
+    beta_2: float = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class Nadam(_Moments):
+    """Keras's Nadam: its momentum schedule's running product (one scalar per optimizer in
+    Keras) is a function of the step count alone, which the store computes from ``step``."""
+
+
+Optimizer = Union[SGD, Adagrad, Adam, Ftrl, RMSprop, Adadelta, Adamax, Lion, Nadam]
+# Keras's classes and the store's rule for each (AdamW: Adam with weight decay, its own
+# default 0.004): every Keras optimizer whose update of an element reads only that element,
+# its slots and per-step scalars, so that it can run on the rows a step names.
 NATIVE_RULES = {"SGD": SGD, "Adagrad": Adagrad, "Adam": Adam, "AdamW": Adam, "Ftrl": Ftrl,
-                "RMSprop": RMSprop}
-# Keras's classes applied by the general path (KerasRule): their update of a row reads only that
-# row and its slots (each shaped as the variable, starting at 0), so it can run on the rows a step
-# names. Others (Nadam's per-variable product, Lamb's and Muon's whole-variable norms, Adafactor's
-# factored slots) are not row by row and are refused. {name: (hyperparameters, slots)}
-GENERAL_RULES = {"Adadelta": (("rho", "epsilon"), 2), "Adamax": (("beta_1", "beta_2", "epsilon"), 2),
-                 "Lion": (("beta_1", "beta_2"), 1)}
+                "RMSprop": RMSprop, "Adadelta": Adadelta, "Adamax": Adamax, "Lion": Lion, "Nadam": Nadam}
+# Keras's optimizers that are not row by row, and why.
+NOT_ROW_BY_ROW = {
+    "Lamb": "its trust ratio is a norm over the whole variable",
+    "Adafactor": "its second moments are factored over the rows and columns of the whole variable",
+    "Muon": "it orthogonalises the whole matrix update (the AdamW it applies to embeddings "
+            "scales the learning rate of the update but not of the decay; compile with AdamW)",
+    "ScheduleFreeAdamW": "its averages assume every row is updated every step, and its state "
+                         "starts at the variable's value",
+}
 
 
 # Keras optimizer features applied outside the update rule, which the store has not.
@@ -92,9 +113,8 @@ _KERAS_EXTRAS = {
 
 
 def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
-    """The store's optimizer for a Keras SGD, Adagrad, Adam, AdamW, Ftrl or RMSprop instance
-    (same hyperparameters, ``weight_decay`` included), or a `KerasRule` for one of
-    `GENERAL_RULES`.
+    """The store's rule for a Keras optimizer of `NATIVE_RULES` (same hyperparameters,
+    ``weight_decay`` included).
 
     Clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) is Keras's to
     do before the gradient reaches the store, so it is allowed. ``trained``
@@ -102,17 +122,18 @@ def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
 
     Raises:
       ValueError: another optimizer class (subclasses included: their rule
-        may differ), or one of the features the store does not have.
+        may differ; `NOT_ROW_BY_ROW` with its reason), or one of the
+        features the store does not have.
     """
     name = type(optimizer).__name__
     cls = NATIVE_RULES.get(name)
     prefix = f"{trained}: " if trained else ""
-    if cls is None and name not in GENERAL_RULES:
-        raise ValueError(f"{prefix}Embedding tables are trained by the store's copies of Keras's "
-                         f"{', '.join(NATIVE_RULES)} (weight decay included), and by Keras's own "
-                         f"{', '.join(GENERAL_RULES)} applied to the rows a step names; others, "
-                         f"subclasses included, are refused (their update of a row may read more "
-                         f"than that row, or differ). Received: optimizer={name}")
+    if cls is None:
+        why = NOT_ROW_BY_ROW.get(name, "the store has no copy of its rule (subclasses are refused too: "
+                                       "their rule may differ)")
+        raise ValueError(f"{prefix}Embedding tables are trained row by row, by the store's copies of "
+                         f"Keras's {', '.join(NATIVE_RULES)} (weight decay included); {name} cannot "
+                         f"be: {why}. Received: optimizer={name}")
     for attribute, what in _KERAS_EXTRAS.items():
         if getattr(optimizer, attribute, None):
             raise ValueError(f"{prefix}Embedding tables do not support {what} (`{attribute}=` of {name}): "
@@ -121,9 +142,5 @@ def optimizer_from_keras(optimizer, trained: str = "") -> Optimizer:
     # Attributes, not get_config(): this runs while Keras traces a step, where
     # get_config() would read the learning-rate variable's value.
     weight_decay = float(getattr(optimizer, "weight_decay", None) or 0.0)  # Keras's None: no decay
-    if cls is None:
-        arguments, slots = GENERAL_RULES[name]
-        hyperparameters = json.dumps({a: getattr(optimizer, a) for a in arguments}, sort_keys=True)
-        return KerasRule(weight_decay=weight_decay, name=name, hyperparameters=hyperparameters, slots=slots)
     values = {f.name: getattr(optimizer, f.name) for f in dataclasses.fields(cls)}
     return cls(**{**values, "weight_decay": weight_decay})

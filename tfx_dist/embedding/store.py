@@ -75,10 +75,12 @@ _INITIALIZER_NAMES = {"zeros": Zeros, "ones": lambda: Constant(1.0), "uniform": 
 
 
 # The optimizer rules (tfx_dist.embedding.rules), importable from here as before.
-from tfx_dist.embedding.rules import (GENERAL_RULES, NATIVE_RULES, SGD, Adagrad, Adam,  # noqa: E402,F401
-                                      Ftrl, KerasRule, Optimizer, RMSprop, optimizer_from_keras)
+from tfx_dist.embedding.rules import (NATIVE_RULES, NOT_ROW_BY_ROW, SGD, Adadelta,  # noqa: E402,F401
+                                      Adagrad, Adam, Adamax, Ftrl, Lion, Nadam, Optimizer, RMSprop,
+                                      optimizer_from_keras)
 
-_OPTIMIZER_CODES = {SGD: "sgd", Adagrad: "adagrad", Adam: "adam", Ftrl: "ftrl", RMSprop: "rmsprop"}
+_OPTIMIZER_CODES = {SGD: "sgd", Adagrad: "adagrad", Adam: "adam", Ftrl: "ftrl", RMSprop: "rmsprop",
+                    Adadelta: "adadelta", Adamax: "adamax", Lion: "lion", Nadam: "nadam"}
 
 
 def initializer_from_keras(initializer) -> Initializer:
@@ -125,11 +127,9 @@ def _initializer(init) -> Initializer:
 
 def optimizer_config(optimizer: Optimizer) -> _native.OptimizerConfig:
     """The C struct of a store optimizer (c_api.h's tfx_emb_optimizer)."""
-    if isinstance(optimizer, KerasRule):  # slots only: the rule runs outside the store
-        return _native.OptimizerConfig(kind=_native.OPTIMIZERS["external"], external_slots=optimizer.slots)
     if type(optimizer) not in _OPTIMIZER_CODES:
-        raise TypeError(f"Expected a tfx_dist.embedding.store optimizer (SGD, Adagrad, Adam, Ftrl, RMSprop). "
-                        f"Received: {optimizer!r}")
+        raise TypeError(f"Expected a tfx_dist.embedding.store optimizer "
+                        f"({', '.join(c.__name__ for c in _OPTIMIZER_CODES)}). Received: {optimizer!r}")
     # Fields of other optimizers stay 0: the C++ side reads only its kind's.
     opt = _native.OptimizerConfig(kind=_native.OPTIMIZERS[_OPTIMIZER_CODES[type(optimizer)]])
     for field in dataclasses.fields(optimizer):
@@ -185,9 +185,9 @@ class TableShard:
         every initial value, whatever ``num_shards``.
       initializer: ``Uniform()`` (Keras Embedding's default), ``Normal``,
         ``TruncatedNormal``, ``Zeros``, ``Constant``, or one of their names.
-      optimizer: ``SGD``, ``Adagrad``, ``Adam``, ``Ftrl`` or ``RMSprop`` (Keras
-        3's update rules, each with Keras's ``weight_decay``; slots are stored
-        beside the rows).
+      optimizer: ``SGD``, ``Adagrad``, ``Adam``, ``Ftrl``, ``RMSprop``,
+        ``Adadelta``, ``Adamax``, ``Lion`` or ``Nadam`` (Keras 3's update rules,
+        each with Keras's ``weight_decay``; slots are stored beside the rows).
 
     Raises:
       InvalidArgumentError: a bad configuration.

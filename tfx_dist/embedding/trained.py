@@ -14,21 +14,12 @@ class TrainedByStore:
     they follow now. Subclasses define `_trained` (how errors name them) and `_use_rule`."""
 
     optimizer_rule: store.Optimizer | None = None
-    # Whether Keras's rules without a native kernel (`store.KerasRule`) can run here: only where
-    # the rows are in this process (the general path reads and writes their records).
-    applies_keras_rules = False
 
     def set_optimizer(self, optimizer) -> None:
         """Trains with the store's copy of a Keras optimizer (handed on once per rule)."""
         rule = store.optimizer_from_keras(optimizer, self._trained())
         if rule.weight_decay and not self._decayed_by(optimizer):
             rule = dataclasses.replace(rule, weight_decay=0.0)
-        if isinstance(rule, store.KerasRule) and not self.applies_keras_rules:
-            raise ValueError(
-                f"{self._trained()}: {rule.name} has no kernel in the embedding store, and its "
-                f"rule runs where the rows are in the worker's process: a table sharded over the "
-                f"workers (HybridStrategy) or a local one. On parameter servers, compile with one "
-                f"of {', '.join(store.NATIVE_RULES)} (weight_decay allowed).")
         self._set_rule(rule)
 
     def _decayed_by(self, optimizer) -> bool:

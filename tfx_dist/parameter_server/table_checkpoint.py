@@ -94,7 +94,12 @@ def decode_optimizer(text: str):
     if not text:
         return None
     fields = json.loads(text)
-    return getattr(store, fields.pop("kind"))(**fields)
+    kind = fields.pop("kind")
+    if kind not in {cls.__name__ for cls in store.NATIVE_RULES.values()}:
+        # "KerasRule": slots of Keras's own update step, which tables no longer run.
+        raise ValueError(f"The checkpoint's table slots are those of an optimizer rule this "
+                         f"version does not have ({kind}: {fields}). Received: {text!r}")
+    return getattr(store, kind)(**fields)
 
 
 def save_on_servers(client_id: int, table_id: int, prefix: str) -> int:

@@ -121,7 +121,8 @@ class HybridStrategy(MultiWorkerMirroredStrategy):
     ```
 
     Sharded tables are trained by the embedding store's copies of Keras's SGD,
-    Adagrad, Adam, AdamW, Ftrl and RMSprop, weight decay included. Keras's
+    Adagrad, Adam, AdamW, Ftrl, RMSprop, Adadelta, Adamax, Lion and Nadam, weight
+    decay included. Keras's
     ``save_weights`` / ``model.save`` (and so ``ModelCheckpoint`` and
     ``BackupAndRestore``) write them whole, with their optimizer slots, into
     the chief's file, and load into any number of workers; call them on every

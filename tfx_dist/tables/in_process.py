@@ -12,23 +12,16 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfx_dist import _ops
-from tfx_dist.embedding import store
 from tfx_dist.embedding.trained import TrainedByStore
 from tfx_dist.parameter_server import table_checkpoint
-from tfx_dist.tables import general_rule
 
 
 class InProcessShard(TrainedByStore):
     """Base of a table whose rows are ``self.shard`` (this process's); ``self.name`` names it."""
 
-    applies_keras_rules = True  # the general path reads and writes self.shard's records
-
     def _store_apply(self, ids, grads, learning_rate, step):
-        """The op applying the table's rule to the rows ``ids`` of the shard (``step``: Keras's
-        ``iterations + 1``): the store's kernel, or Keras's own update step for a rule without
-        one (`general_rule`)."""
-        if isinstance(self.optimizer_rule, store.KerasRule):
-            return general_rule.apply_op(self.shard, self.optimizer_rule, ids, grads, learning_rate, step)
+        """The op applying the table's rule (the store's kernel) to the rows ``ids`` of the shard
+        (``step``: Keras's ``iterations + 1``)."""
         return _ops.load_op_library("_ps_ops").tfx_store_apply(
             ids, grads, tf.cast(learning_rate, tf.float32), tf.cast(step, tf.int64), handle=self.shard.handle)
 

@@ -7,7 +7,7 @@ update rules as on the servers), as TFRA's local dynamic embedding does. Its
 gradient takes the servers' route: the lookup gives a scalar *anchor* the
 rows' gradient (`gradients.anchored_lookup`), and Keras's optimizer step
 hands it to the table (`_tf_compat.table_gradients`), which applies the
-store's copy of that optimizer (SGD, Adagrad, Adam, AdamW, Ftrl, RMSprop) to the rows.
+store's copy of that optimizer (`tfx_dist.embedding.rules.NATIVE_RULES`) to the rows.
 
 Checkpoints and Keras files are those of a dynamic table on the servers: its
 rows in a shard file beside the checkpoint (or the Keras file), so a job's

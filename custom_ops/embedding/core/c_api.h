@@ -11,7 +11,8 @@
  *
  * Codes: initializer 0 zeros, 1 constant (a), 2 uniform (a = minval,
  * b = maxval), 3 normal (a = mean, b = stddev), 4 truncated normal (same);
- * optimizer 0 SGD, 1 Adagrad, 2 Adam, 3 FTRL.
+ * optimizer 0 SGD, 1 Adagrad, 2 Adam, 3 FTRL, 4 RMSprop, 6 Adadelta, 7 Adamax,
+ * 8 Lion, 9 Nadam.
  */
 #ifndef TFX_EMBEDDING_C_API_H_
 #define TFX_EMBEDDING_C_API_H_
@@ -26,8 +27,9 @@ extern "C" {
 #define TFX_EMB_API __attribute__((visibility("default")))
 
 /* Bumped whenever a struct below or a signature changes (2: the PS client gained
- * tfx_ps_assign and servers the ASSIGN request; 3: RMSprop and weight decay). */
-#define TFX_EMB_ABI_VERSION 3
+ * tfx_ps_assign and servers the ASSIGN request; 3: RMSprop and weight decay;
+ * 4: Adadelta, Adamax, Lion and Nadam, no external rule). */
+#define TFX_EMB_ABI_VERSION 4
 
 typedef struct {
   int32_t kind;
@@ -36,17 +38,15 @@ typedef struct {
   int32_t centered; /* RMSprop */
   double momentum;                  /* SGD, RMSprop */
   double initial_accumulator_value; /* Adagrad, FTRL */
-  double epsilon;                   /* Adagrad, Adam, RMSprop */
-  double beta_1, beta_2;            /* Adam */
+  double epsilon;                   /* Adagrad, Adam, RMSprop, Adadelta, Adamax, Nadam */
+  double beta_1, beta_2;            /* Adam, Adamax, Lion, Nadam */
   double learning_rate_power;       /* FTRL, and the four below */
   double l1_regularization_strength;
   double l2_regularization_strength;
   double l2_shrinkage_regularization_strength;
   double beta;
-  double rho;          /* RMSprop */
+  double rho;          /* RMSprop, Adadelta */
   double weight_decay; /* every kind, 0: none */
-  int32_t external_slots; /* external: the slots kept for a rule applied outside */
-  int32_t reserved;
 } tfx_emb_optimizer;
 
 typedef struct {

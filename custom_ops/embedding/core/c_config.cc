@@ -20,7 +20,6 @@ OptimizerConfig OptimizerFromC(const tfx_emb_optimizer& o) {
   c.rho = o.rho;
   c.centered = o.centered != 0;
   c.weight_decay = o.weight_decay;
-  c.external_slots = o.external_slots;
   return c;
 }
 

@@ -29,9 +29,9 @@
 
 namespace tfx::embedding {
 
+// (5 is not used: it was a rule applied outside the store, which none needs now.)
 enum class OptimizerKind : int32_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kFtrl = 3, kRmsprop = 4,
-                                      // slots kept here, the rule applied outside (optimizers.h)
-                                      kExternal = 5 };
+                                      kAdadelta = 6, kAdamax = 7, kLion = 8, kNadam = 9 };
 
 // Everything an element update reads besides the record and its gradient:
 // the table's hyperparameters rounded to float32 as Keras's ops round them,
@@ -48,15 +48,26 @@ struct ElementRule {
   bool has_momentum = false;
   bool nesterov = false;
   float momentum = 0;
-  // Adagrad, Adam, RMSprop
+  // Adagrad, Adam, RMSprop, Adadelta, Adamax, Nadam
   float epsilon = 0;
   // RMSprop
   bool centered = false;
+  // RMSprop, Adadelta
   float rho = 0, one_minus_rho = 0;
   // Adam
   bool amsgrad = false;
+  // Adam, Adamax, Lion, Nadam (each rounded as its Keras code rounds it)
+  float beta_1 = 0, beta_2 = 0;
   float one_minus_beta_1 = 0, one_minus_beta_2 = 0;
   float adam_alpha = 0;  // lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)
+  // Adamax
+  float one_minus_beta_1_power = 0;  // 1 - beta_1^t
+  // Nadam: u_t = beta_1 * (1 - 0.5 * 0.96^t), and the product of u_1 .. u_t
+  float nadam_next_u = 0;                // u_{t+1}
+  float nadam_one_minus_next_product = 0;  // 1 - u_1 ... u_{t+1}
+  float nadam_one_minus_u = 0;           // 1 - u_t
+  float nadam_one_minus_product = 0;     // 1 - u_1 ... u_t
+  float one_minus_beta_2_power = 0;      // 1 - beta_2^t
   // FTRL
   bool sqrt_power = true;  // learning_rate_power == -0.5: sqrt, not powf
   float neg_power = 0.5f;
@@ -149,6 +160,46 @@ TFX_EMB_HOST_DEVICE inline void Rmsprop(const ElementRule& r, int64_t j, float g
   }
 }
 
+// keras/src/optimizers/adadelta.py: record = [value | accumulated grad | accumulated delta].
+TFX_EMB_HOST_DEVICE inline void Adadelta(const ElementRule& r, int64_t j, float g, float* var, int64_t dim) {
+  float* acc_grad = var + dim;
+  float* acc_delta = var + 2 * dim;
+  acc_grad[j] = Mul(r.rho, acc_grad[j]) + Mul(r.one_minus_rho, Mul(g, g));
+  const float delta = -(Mul(sqrtf(acc_delta[j] + r.epsilon), g) / sqrtf(acc_grad[j] + r.epsilon));
+  acc_delta[j] = Mul(r.rho, acc_delta[j]) + Mul(r.one_minus_rho, Mul(delta, delta));
+  var[j] = var[j] + Mul(r.lr, delta);
+}
+
+// keras/src/optimizers/adamax.py: record = [value | momentum | norm].
+TFX_EMB_HOST_DEVICE inline void Adamax(const ElementRule& r, int64_t j, float g, float* var, int64_t dim) {
+  float* m = var + dim;
+  float* u = var + 2 * dim;
+  m[j] = m[j] + Mul(g - m[j], r.one_minus_beta_1);
+  u[j] = Max(Mul(r.beta_2, u[j]), fabsf(g));
+  var[j] = var[j] - Mul(r.lr, m[j]) / Mul(r.one_minus_beta_1_power, u[j] + r.epsilon);
+}
+
+// keras/src/optimizers/lion.py: record = [value | momentum].
+TFX_EMB_HOST_DEVICE inline void Lion(const ElementRule& r, int64_t j, float g, float* var, int64_t dim) {
+  float* m = var + dim;
+  const float c = Mul(m[j], r.beta_1) + Mul(g, r.one_minus_beta_1);
+  const float sign = c > 0 ? 1.0f : c < 0 ? -1.0f : c;  // tf.sign: 0 (and its sign) stays
+  var[j] = var[j] - Mul(r.lr, sign);
+  m[j] = Mul(m[j], r.beta_2) + Mul(g, r.one_minus_beta_2);
+}
+
+// keras/src/optimizers/nadam.py: record = [value | momentum | velocity].
+TFX_EMB_HOST_DEVICE inline void Nadam(const ElementRule& r, int64_t j, float g, float* var, int64_t dim) {
+  float* m = var + dim;
+  float* v = var + 2 * dim;
+  m[j] = m[j] + Mul(g - m[j], r.one_minus_beta_1);
+  v[j] = v[j] + Mul(Mul(g, g) - v[j], r.one_minus_beta_2);
+  const float m_hat = Mul(r.nadam_next_u, m[j]) / r.nadam_one_minus_next_product +
+                      Mul(r.nadam_one_minus_u, g) / r.nadam_one_minus_product;
+  const float v_hat = v[j] / r.one_minus_beta_2_power;
+  var[j] = var[j] - Mul(m_hat, r.lr) / (sqrtf(v_hat) + r.epsilon);
+}
+
 // Keras's _apply_weight_decay: variable - variable * wd * lr, before the update step.
 TFX_EMB_HOST_DEVICE inline void WeightDecay(const ElementRule& r, int64_t j, float* var) {
   if (r.has_weight_decay) var[j] = var[j] - Mul(Mul(var[j], r.weight_decay), r.lr);
@@ -165,7 +216,10 @@ TFX_EMB_HOST_DEVICE inline void ApplyElement(const ElementRule& r, int64_t j, fl
     case OptimizerKind::kAdam: return rules::Adam(r, j, g, record, dim);
     case OptimizerKind::kFtrl: return rules::Ftrl(r, j, g, record, dim);
     case OptimizerKind::kRmsprop: return rules::Rmsprop(r, j, g, record, dim);
-    case OptimizerKind::kExternal: return;  // never applied here (ValidateStep refuses)
+    case OptimizerKind::kAdadelta: return rules::Adadelta(r, j, g, record, dim);
+    case OptimizerKind::kAdamax: return rules::Adamax(r, j, g, record, dim);
+    case OptimizerKind::kLion: return rules::Lion(r, j, g, record, dim);
+    case OptimizerKind::kNadam: return rules::Nadam(r, j, g, record, dim);
   }
 }
 

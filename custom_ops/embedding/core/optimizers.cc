@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace tfx::embedding {
@@ -49,24 +50,38 @@ Status ValidateOptimizer(const OptimizerConfig& c) {
         return InvalidArgument("RMSprop: want rho and momentum in [0, 1] and epsilon >= 0, got rho=" +
                                Num(c.rho) + " momentum=" + Num(c.momentum) + " epsilon=" + Num(c.epsilon));
       return Status::Ok();
-    case OptimizerKind::kExternal:
-      if (c.external_slots < 0 || c.external_slots > 6)
-        return InvalidArgument("an external rule keeps 0 to 6 slots, got " + std::to_string(c.external_slots));
+    case OptimizerKind::kAdadelta:
+      if (!finite_nonneg(c.rho) || c.rho > 1 || !finite_nonneg(c.epsilon))
+        return InvalidArgument("Adadelta: want rho in [0, 1] and epsilon >= 0, got rho=" + Num(c.rho) +
+                               " epsilon=" + Num(c.epsilon));
+      return Status::Ok();
+    case OptimizerKind::kAdamax:
+    case OptimizerKind::kNadam:
+      if (!finite_nonneg(c.beta_1) || c.beta_1 >= 1 || !finite_nonneg(c.beta_2) || c.beta_2 >= 1 ||
+          !finite_nonneg(c.epsilon))
+        return InvalidArgument(std::string(c.kind == OptimizerKind::kAdamax ? "Adamax" : "Nadam") +
+                               ": want beta_1 and beta_2 in [0, 1) and epsilon >= 0, got beta_1=" +
+                               Num(c.beta_1) + " beta_2=" + Num(c.beta_2) + " epsilon=" + Num(c.epsilon));
+      return Status::Ok();
+    case OptimizerKind::kLion:
+      if (!finite_nonneg(c.beta_1) || c.beta_1 > 1 || !finite_nonneg(c.beta_2) || c.beta_2 > 1)
+        return InvalidArgument("Lion: want beta_1 and beta_2 in [0, 1], got beta_1=" + Num(c.beta_1) +
+                               " beta_2=" + Num(c.beta_2));
       return Status::Ok();
   }
   return InvalidArgument("unknown optimizer kind " + std::to_string(static_cast<int>(c.kind)));
 }
 
 Status ValidateStep(const OptimizerConfig& c, const StepParams& p) {
-  if (c.kind == OptimizerKind::kExternal)
-    return Status(Code::kFailedPrecondition,
-                  "the table's rule has no kernel in the store: its caller applies it to the records");
   if (!std::isfinite(p.learning_rate) || p.learning_rate < 0)
     return InvalidArgument("the learning rate must be finite and >= 0, got " + Num(p.learning_rate));
   if (c.kind == OptimizerKind::kFtrl && p.learning_rate == 0)
     return InvalidArgument("FTRL divides by the learning rate: it must be > 0");
-  if (c.kind == OptimizerKind::kAdam && p.step < 1)
-    return InvalidArgument("Adam needs step >= 1 (the apply's 1-based count), got " + std::to_string(p.step));
+  const bool counts_steps = c.kind == OptimizerKind::kAdam || c.kind == OptimizerKind::kAdamax ||
+                            c.kind == OptimizerKind::kNadam;
+  if (counts_steps && p.step < 1)
+    return InvalidArgument("Adam, Adamax and Nadam need step >= 1 (the apply's 1-based count), got " +
+                           std::to_string(p.step));
   return Status::Ok();
 }
 
@@ -77,7 +92,10 @@ int NumSlots(const OptimizerConfig& c) {
     case OptimizerKind::kAdam: return c.amsgrad ? 3 : 2;
     case OptimizerKind::kFtrl: return 2;
     case OptimizerKind::kRmsprop: return 1 + (c.momentum != 0 ? 1 : 0) + (c.centered ? 1 : 0);
-    case OptimizerKind::kExternal: return c.external_slots;
+    case OptimizerKind::kAdadelta: return 2;
+    case OptimizerKind::kAdamax: return 2;
+    case OptimizerKind::kLion: return 1;
+    case OptimizerKind::kNadam: return 2;
   }
   return 0;
 }
@@ -88,12 +106,56 @@ void InitialSlots(const OptimizerConfig& c, int64_t dim, float* slots) {
     std::fill(slots, slots + dim, F(c.initial_accumulator_value));  // the accumulator
 }
 
-StepConstants ComputeStepConstants(const OptimizerConfig& c, const StepParams& p) {
+namespace {
+// Keras's Nadam: u_t = beta_1 * (1.0 - 0.5 * 0.96^t), float32 throughout.
+float NadamU(float beta_1, int64_t t) {
+  return beta_1 * (1.0f - 0.5f * std::pow(0.96f, static_cast<float>(t)));
+}
+}  // namespace
+
+float NadamSchedule::Product(double beta_1, int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (beta_1 != beta_1_ || step < step_) {
+    beta_1_ = beta_1;
+    step_ = 0;
+    product_ = 1.0f;
+  }
+  const float b = F(beta_1);
+  // Keras's _backend_update_step: u_product = u_product * beta_1 * (1 - 0.5 * 0.96^t).
+  // TensorFlow's CPU threads flush subnormal results to 0 (so does this): the
+  // product reaches 0 (after about 850 steps with beta_1 = 0.9) and stays there.
+  for (; step_ < step && product_ != 0.0f; ++step_) {
+    const float u = 1.0f - 0.5f * std::pow(0.96f, static_cast<float>(step_ + 1));
+    const float next = (product_ * b) * u;
+    // u stays 1 from here on (0.96^t below float32's half ulp of 1): an unchanged
+    // product is a fixed point (beta_1 that rounds to 1, or to within an ulp of it).
+    if (next == product_ && u == 1.0f) break;
+    product_ = next < std::numeric_limits<float>::min() ? 0.0f : next;
+  }
+  step_ = step;
+  return product_;
+}
+
+StepConstants ComputeStepConstants(const OptimizerConfig& c, const StepParams& p, NadamSchedule* nadam) {
   StepConstants k;
   k.lr = p.learning_rate;
+  const float t = static_cast<float>(p.step);
+  if (c.kind == OptimizerKind::kAdamax || c.kind == OptimizerKind::kNadam) {
+    k.beta_1_power = std::pow(F(c.beta_1), t);
+    k.beta_2_power = std::pow(F(c.beta_2), t);
+  }
+  if (c.kind == OptimizerKind::kNadam) {
+    k.nadam_u = NadamU(F(c.beta_1), p.step);
+    k.nadam_next_u = NadamU(F(c.beta_1), p.step + 1);
+    if (nadam != nullptr) {
+      k.nadam_product = nadam->Product(c.beta_1, p.step);
+    } else {
+      NadamSchedule fresh;
+      k.nadam_product = fresh.Product(c.beta_1, p.step);
+    }
+  }
   if (c.kind == OptimizerKind::kAdam) {
     // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), all float32 as in Keras.
-    const float t = static_cast<float>(p.step);
     const float beta_1_power = std::pow(F(c.beta_1), t);
     const float beta_2_power = std::pow(F(c.beta_2), t);
     k.adam_alpha = k.lr * std::sqrt(1.0f - beta_2_power) / (1.0f - beta_1_power);
@@ -119,9 +181,23 @@ ElementRule MakeElementRule(const OptimizerConfig& c, const StepConstants& k) {
   r.rho = F(c.rho);
   r.one_minus_rho = F(1 - c.rho);  // Keras's `1 - rho`: a Python float, then float32
   r.amsgrad = c.amsgrad;
-  r.one_minus_beta_1 = F(1 - c.beta_1);
-  r.one_minus_beta_2 = F(1 - c.beta_2);
+  r.beta_1 = F(c.beta_1);
+  r.beta_2 = F(c.beta_2);
+  if (c.kind == OptimizerKind::kLion || c.kind == OptimizerKind::kNadam) {
+    // Lion and Nadam cast beta to float32 first: `1 - beta` is a float32 subtraction.
+    r.one_minus_beta_1 = 1.0f - r.beta_1;
+    r.one_minus_beta_2 = 1.0f - r.beta_2;
+  } else {
+    r.one_minus_beta_1 = F(1 - c.beta_1);  // Adam's, Adamax's: a Python float, then float32
+    r.one_minus_beta_2 = F(1 - c.beta_2);
+  }
   r.adam_alpha = k.adam_alpha;
+  r.one_minus_beta_1_power = 1.0f - k.beta_1_power;
+  r.one_minus_beta_2_power = 1.0f - k.beta_2_power;
+  r.nadam_next_u = k.nadam_next_u;
+  r.nadam_one_minus_next_product = 1.0f - k.nadam_product * k.nadam_next_u;
+  r.nadam_one_minus_u = 1.0f - k.nadam_u;
+  r.nadam_one_minus_product = 1.0f - k.nadam_product;
   r.sqrt_power = c.learning_rate_power == -0.5;
   r.neg_power = F(-c.learning_rate_power);
   r.shrinkage2 = F(2 * c.l2_shrinkage_regularization_strength);
@@ -148,7 +224,10 @@ void ApplyRow(const ElementRule& r, int64_t dim, const float* grad, float* recor
     case OptimizerKind::kAdam: return ApplyRowWith<rules::Adam>(r, dim, grad, record);
     case OptimizerKind::kFtrl: return ApplyRowWith<rules::Ftrl>(r, dim, grad, record);
     case OptimizerKind::kRmsprop: return ApplyRowWith<rules::Rmsprop>(r, dim, grad, record);
-    case OptimizerKind::kExternal: return;  // never applied here (ValidateStep refuses)
+    case OptimizerKind::kAdadelta: return ApplyRowWith<rules::Adadelta>(r, dim, grad, record);
+    case OptimizerKind::kAdamax: return ApplyRowWith<rules::Adamax>(r, dim, grad, record);
+    case OptimizerKind::kLion: return ApplyRowWith<rules::Lion>(r, dim, grad, record);
+    case OptimizerKind::kNadam: return ApplyRowWith<rules::Nadam>(r, dim, grad, record);
   }
 }
 

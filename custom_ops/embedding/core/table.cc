@@ -291,7 +291,8 @@ Status TableShard::ApplySums(const RowSums& sums, const StepParams& params) {
 
 void TableShard::ApplySumsChecked(const RowSums& sums, const StepParams& params) {
   const int64_t dim = config_.dim;
-  const ElementRule rule = MakeElementRule(config_.optimizer, ComputeStepConstants(config_.optimizer, params));
+  const ElementRule rule =
+      MakeElementRule(config_.optimizer, ComputeStepConstants(config_.optimizer, params, &nadam_schedule_));
   ForEachRecord(sums.ids(), sums.size(), /*create=*/true, record_floats_ * sizeof(float),
                 [&](int64_t u, float* record) { ApplyRow(rule, dim, sums.sums() + u * dim, record); });
 }

@@ -170,6 +170,7 @@ class TableShard {
   const int num_slots_;
   const int64_t record_floats_;
   const std::string description_;
+  NadamSchedule nadam_schedule_;  // Nadam's product of the last step applied (a memo)
 
   mutable std::shared_mutex mu_;
   struct alignas(64) PaddedMutex {

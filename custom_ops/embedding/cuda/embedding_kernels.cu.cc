@@ -69,6 +69,10 @@ __device__ inline void ApplyElementOf(const ElementRule& r, int64_t j, float g, 
   if constexpr (K == OptimizerKind::kAdam) rules::Adam(r, j, g, record, dim);
   if constexpr (K == OptimizerKind::kFtrl) rules::Ftrl(r, j, g, record, dim);
   if constexpr (K == OptimizerKind::kRmsprop) rules::Rmsprop(r, j, g, record, dim);
+  if constexpr (K == OptimizerKind::kAdadelta) rules::Adadelta(r, j, g, record, dim);
+  if constexpr (K == OptimizerKind::kAdamax) rules::Adamax(r, j, g, record, dim);
+  if constexpr (K == OptimizerKind::kLion) rules::Lion(r, j, g, record, dim);
+  if constexpr (K == OptimizerKind::kNadam) rules::Nadam(r, j, g, record, dim);
 }
 
 // One row per group of lanes; consecutive lanes take consecutive columns, so
@@ -144,6 +148,10 @@ const char* ApplyGradientsGpu(const GpuShard& s, const ElementRule& rule, const 
     TFX_EMB_APPLY(OptimizerKind::kAdam)
     TFX_EMB_APPLY(OptimizerKind::kFtrl)
     TFX_EMB_APPLY(OptimizerKind::kRmsprop)
+    TFX_EMB_APPLY(OptimizerKind::kAdadelta)
+    TFX_EMB_APPLY(OptimizerKind::kAdamax)
+    TFX_EMB_APPLY(OptimizerKind::kLion)
+    TFX_EMB_APPLY(OptimizerKind::kNadam)
 #undef TFX_EMB_APPLY
     default:
       return "ApplyGradientsGpu: unknown optimizer kind";

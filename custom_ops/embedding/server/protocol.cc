@@ -29,7 +29,6 @@ void PutOptimizer(const embedding::OptimizerConfig& o, Writer* w) {
   w->Put(static_cast<uint8_t>(o.nesterov));
   w->Put(static_cast<uint8_t>(o.amsgrad));
   w->Put(static_cast<uint8_t>(o.centered));
-  w->Put(o.external_slots);
 }
 
 bool GetOptimizer(Reader* r, embedding::OptimizerConfig* o) {
@@ -40,8 +39,7 @@ bool GetOptimizer(Reader* r, embedding::OptimizerConfig* o) {
                     &o->learning_rate_power, &o->l1_regularization_strength, &o->l2_regularization_strength,
                     &o->l2_shrinkage_regularization_strength, &o->beta, &o->rho, &o->weight_decay})
     if (!r->Get(v)) return false;
-  if (!r->Get(&nesterov) || !r->Get(&amsgrad) || !r->Get(&centered) || !r->Get(&o->external_slots))
-    return false;
+  if (!r->Get(&nesterov) || !r->Get(&amsgrad) || !r->Get(&centered)) return false;
   o->kind = static_cast<embedding::OptimizerKind>(kind);
   o->nesterov = nesterov != 0;
   o->amsgrad = amsgrad != 0;

@@ -7,7 +7,7 @@
 //                 momentum, initial_accumulator_value, epsilon, beta_1,
 //                 beta_2, learning_rate_power, l1, l2, l2_shrinkage, beta,
 //                 rho, weight_decay (f64 each), nesterov u8, amsgrad u8,
-//                 centered u8, external_slots i32, name string.
+//                 centered u8, name string.
 //                 Every worker sends it; the first creates this server's
 //                 shard, the others must agree with it.
 //   LOOKUP        table_id i64, min_version i64, ids (i64 array)
@@ -21,7 +21,7 @@
 //                 every worker has, the server applies the step's pushes,
 //                 one summed gradient per row.
 //   SET_OPTIMIZER table_id i64, then the optimizer fields of CREATE_TABLE
-//                 (kind i32, the twelve f64, the three u8, the i32). Sent when
+//                 (kind i32, the twelve f64, the three u8). Sent when
 //                 the model's optimizer is known (its first training step
 //                 is traced): slots are laid out for it; row values are kept.
 //   SAVE          table_id i64, path string: this shard's rows and slots.

@@ -197,7 +197,44 @@ void TestSpreadRowsCostTheirRecords() {
   CHECK(untouched->NumStoredRows() == 0 && Snapshot(*untouched, ids) == initial);
 }
 
+// Nadam's momentum-schedule product is a function of (beta_1, step): a memo
+// continued step by step, one that jumps ahead, one sent back (a restore of an
+// earlier step count) and a fresh one agree bit for bit, up to and past the
+// step where the product underflows to 0.
+void TestNadamScheduleIsAFunctionOfTheStep() {
+  NadamSchedule walked, jumping;
+  float last = 1.0f;
+  for (int64_t step = 1; step <= 1200; ++step) {
+    NadamSchedule fresh;
+    const float p = walked.Product(0.9, step);
+    CHECK(p == fresh.Product(0.9, step));
+    CHECK(p <= last);
+    last = p;
+    if (step % 97 == 0) CHECK(jumping.Product(0.9, step) == p);
+  }
+  CHECK(last == 0.0f);  // underflowed, and stays 0
+  CHECK(walked.Product(0.9, 3) == NadamSchedule().Product(0.9, 3));   // back to an earlier step
+  CHECK(walked.Product(0.8, 3) == NadamSchedule().Product(0.8, 3));   // another beta_1
+  CHECK(walked.Product(0.9, 1) == 0.9f * (1.0f - 0.5f * 0.96f));      // Keras's first step
+  // beta_1 rounding to 1 in float32: the product stops moving, and a huge step returns at once.
+  const float stuck = NadamSchedule().Product(0.99999999, 1000);
+  CHECK(stuck > 0 && NadamSchedule().Product(0.99999999, int64_t{1} << 60) == stuck);
+  // An apply at step 0 (no 1-based count) is refused by every rule that reads the step.
+  for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamax, OptimizerKind::kNadam}) {
+    TableConfig c = Config(10, 4, 0, 1);
+    c.optimizer.kind = kind;
+    std::unique_ptr<TableShard> t;
+    CHECK_OK(TableShard::Create(c, &t));
+    std::vector<int64_t> ids = {0};
+    std::vector<float> g(4, 0.5f);
+    CHECK(t->ApplyGradients(ids.data(), 1, g.data(), {0.1f, 0}).code() == Code::kInvalidArgument);
+    CHECK_OK(t->ApplyGradients(ids.data(), 1, g.data(), {0.1f, 1}));
+  }
+}
+
 }  // namespace
+
+TEST(Table, NadamScheduleIsAFunctionOfTheStep) { TestNadamScheduleIsAFunctionOfTheStep(); }
 
 TEST(Table, BadInput) { TestBadInput(); }
 
