@@ -84,6 +84,7 @@ class State:
     """
 
     def __init__(self, bcast_object=None, get_rank=None):
+        self._custom_bcast = bcast_object is not None
         self._bcast_object = bcast_object or (lambda obj, root=0: broadcast_object(obj, root))
         self._get_rank = get_rank or _rank
         self._reset_callbacks = []
@@ -112,15 +113,25 @@ class State:
     def check_host_updates(self):
         """Raises `HostsUpdatedInterrupt` on every rank when the driver announced a change.
 
-        Rank 0's answer is the one every rank acts on (one small broadcast per
-        call under a driver; nothing without one), so no rank goes on alone.
+        The ranks agree (one small all-reduce per call under a driver; nothing
+        without one): a change seen by any rank stops every rank at this commit.
         """
         membership = _membership()
         if not membership.elastic():
             return
-        changed = self._bcast_object(bool(membership.pending_change()), 0)
-        if changed:
+        if self._any_rank_saw(bool(membership.pending_change())):
             raise HostsUpdatedInterrupt(skip_sync=False)
+
+    def _any_rank_saw(self, mine: bool) -> bool:
+        """Whether any rank saw the driver's notice (each polls it on its own): one small
+        all-reduce, the same answer on every rank, so all stop at this commit, none alone."""
+        if self._custom_bcast:  # the caller's broadcast (Horovod's `bcast_object`): rank 0's view
+            return bool(self._bcast_object(mine, 0))
+        comm = communicator()
+        if comm is None or comm.size == 1:
+            return mine
+        (seen,) = comm.allreduce_numpy([np.float64([mine])], name="elastic.changed")
+        return bool(seen[0] > 0)
 
     def sync_root(self) -> int:
         """The rank whose state a sync sends: the lowest that holds one (0 unless a worker that
