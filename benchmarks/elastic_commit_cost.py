@@ -8,7 +8,9 @@ Dense 128 relu, Dense 10; Adam: 235k weights, 3 copies with the slots), 64 examp
 and step, one TensorFlow thread per worker. A commit copies every variable of the model and the
 optimizer into host memory (`KerasState`) and checks for a change. The intervals take turns,
 in rounds (the machine is shared: its load drifts), each one `fit` of --steps steps, timed by
-rank 0 from the end of the 10th step to the end of the last. Prints one JSON line.
+rank 0 from the end of the 10th step to the end of the last. Then `state.save()` alone, beside
+reading the variables one by one (as a commit did before it read them in one function call).
+Prints one JSON line.
 
     python benchmarks/elastic_commit_cost.py --rounds 3 --steps 200
 """
@@ -72,14 +74,20 @@ def worker(rounds: int, steps: int) -> None:
             model.fit(strategy.distribute_datasets_from_function(dataset), steps_per_epoch=steps, verbose=0,
                       callbacks=callbacks)
             times[str(interval)].append(clock.per_step)
-    save = time.perf_counter()
-    for _ in range(20):
-        state.save()
-    save_s = (time.perf_counter() - save) / 20
+    variables = state._variables()
+
+    def one_by_one():  # how a commit read the variables before: one read (one dispatch) each
+        return [np.array(v.numpy(), copy=True) for v in variables]
+
+    copies = {}
+    for name, copy in (("save_s", state.save), ("read_one_by_one_s", one_by_one)) * 2:
+        started = time.perf_counter()
+        for _ in range(20):
+            copy()
+        copies[name] = (time.perf_counter() - started) / 20  # the second (warm) pass counts
     if membership.generation().rank == 0:
-        weights = sum(int(np.prod(v.shape)) for v in state._variables())
-        print(RESULT + json.dumps({"step_s": times, "save_only_s": save_s, "variables_elements": weights}),
-              flush=True)
+        weights = sum(int(np.prod(v.shape)) for v in variables)
+        print(RESULT + json.dumps({"step_s": times, **copies, "variables_elements": weights}), flush=True)
 
 
 def main():

@@ -203,6 +203,7 @@ class TensorFlowState(ObjectState):
     def __init__(self, variables=None, session=None, **kwargs):
         self._kept_variables = list(variables or [])
         self._saved_values = []
+        self._readers = {}  # one tf.function per list of variables read (see _read_values)
         super().__init__(**kwargs)
         self._save_variables()
 
@@ -210,7 +211,9 @@ class TensorFlowState(ObjectState):
         return list(self._kept_variables)
 
     def _save_variables(self):
-        self._saved_values = [(v, np.array(v.numpy(), copy=True)) for v in self._variables()]
+        variables = self._variables()
+        values = _read_values(variables, self._readers)
+        self._saved_values = [(v, np.array(value, copy=True)) for v, value in zip(variables, values)]
 
     def save(self):
         self._save_variables()
@@ -226,7 +229,7 @@ class TensorFlowState(ObjectState):
         variables = self._variables()
         root = self.sync_root() if root is None else root
         if comm is not None and comm.size > 1 and variables:
-            current = [np.asarray(v.numpy()) for v in variables]
+            current = _read_values(variables, self._readers)
             values = comm.broadcast_numpy(current, root=root, name="elastic.variables")
             for variable, value, mine in zip(variables, values, current):
                 variable.assign(np.reshape(value, mine.shape))  # a scalar travels as shape (1,)
@@ -237,6 +240,29 @@ class TensorFlowState(ObjectState):
         from tfx_dist.elastic import retrace
 
         retrace.after_reset(getattr(self, "model", None))
+
+
+def _read_values(variables, readers: dict) -> list:
+    """The values of ``variables`` (numpy), read in one call of a ``tf.function``: read one by one,
+    a variable of a multi-worker strategy costs about 1-2 ms of Python dispatch each (a commit of
+    the seeds' model with Adam: 12 ms instead of 3)."""
+    import tensorflow as tf
+
+    if not variables:
+        return []
+    # A Keras variable's TensorFlow variable (Keras's `value`): what the function reads and sees change.
+    backing = [v.value if isinstance(v, _keras_variable()) else v for v in variables]
+    key = tuple(id(v) for v in backing)
+    if key not in readers:
+        readers.clear()  # the list changed (the optimizer built its slots): its old reader is unused
+        readers[key] = tf.function(lambda: [tf.identity(v) for v in backing])
+    return [t.numpy() for t in readers[key]()]
+
+
+def _keras_variable():
+    import keras
+
+    return keras.Variable
 
 
 class TensorFlowKerasState(TensorFlowState):
