@@ -10,7 +10,9 @@ worker reads its share of what is left of the epoch through `distribute_datasets
 Checks written in the DONE line: how often each example was used in each epoch (summed over the
 ranks each step), the accuracy on held-out data, and, on rank 0, two one-process references from
 the same first weights: the replay of the committed steps (the same global batches: the weights
-must match) and the uninterrupted run (3 workers throughout: its accuracy). Prints "STEP <worker>
+must match) and the uninterrupted run (3 workers throughout: its accuracy). In the last epoch rank 1
+alone sees a faked driver's notice (ELASTIC_FAKE_NOTICE=0: not): every rank must reset at that
+commit. Prints "STEP <worker>
 <pid> <generation> <rank> <size> <step>" and "DONE <worker> <pid> <json>" (see elastic_job.py).
 """
 
