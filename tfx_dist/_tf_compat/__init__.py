@@ -23,6 +23,8 @@ objects. A TensorFlow upgrade touches this package only:
 * `keras_callbacks`: Keras's file-writing callbacks pointed at per-worker
   folders on workers other than the chief (wraps Keras's private
   ``CallbackList``; installed once by the multi-worker strategy).
+* `function_cache`: drops a live ``tf.function``'s traces (its private cache), so
+  that it traces again after an elastic reset.
 
 Callers import the package (``from tfx_dist import _tf_compat as tfc``) and
 use the names below.

@@ -51,3 +51,10 @@ def call(kind: str):
         with _lock:
             _stack.pop()
             _publish()
+
+
+def restart_counting() -> None:
+    """Counts calls from the first again (after an elastic reset, as in a new process: a worker that
+    joined makes its first call when the others make theirs). A call in progress keeps its label."""
+    with _lock:
+        _counts.clear()
