@@ -57,7 +57,9 @@ def build_dense_bn_model(keras):
                               keras.layers.Dense(6, kernel_initializer=keras.initializers.GlorotUniform(1)),
                               keras.layers.BatchNormalization(name="bn", momentum=0.5),
                               keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2))])
-    model.compile(keras.optimizers.SGD(0.1), "mse")
+    # LossScaleOptimizer: its non-trainable dynamic_scale, assigned inside a tf.cond, must stay
+    # unaveraged (an all-reduce there fails).
+    model.compile(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)), "mse")
     return model
 
 
