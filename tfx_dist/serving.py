@@ -184,8 +184,8 @@ def servable_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE
     """Which of ``model``'s `ShardedEmbedding` tables serving folds into plain weights.
 
     Returns ``{layer name: None}`` for a table that becomes plain weights, ``{layer name: why
-    not}`` for one that does not (a dynamic table, one over ``max_table_bytes``), in layer order.
-    Reads no rows.
+    not}`` for one that does not (a dynamic table, one over ``max_table_bytes``: `export_for_serving`
+    serves those as `serving_compact.CompactRows`), in layer order. Reads no rows.
     """
     return {layer.name: _refusal(layer, max_table_bytes)
             for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)}
