@@ -199,8 +199,9 @@ def _check_copyable_all(layers, max_table_bytes: int, combined_here: bool = True
     if reasons:
         folded = [name for name, why in refused.items() if not why]
         raise ValueError(
-            f"tfx_dist.serving folds {len(folded)} tables into plain weights "
-            f"({', '.join(repr(n) for n in folded) or 'none'}); not these: " + " ".join(reasons))
+            f"tfx_dist.serving folds {len(folded)} of {len(refused) + len(also_refused)} tables "
+            f"into plain weights ({', '.join(repr(n) for n in folded) or 'none'}); not these: "
+            + " ".join(reasons))
     for layer in layers:
         if layer.combiner is not None and combined_here:
             _ids_per_example(layer)
