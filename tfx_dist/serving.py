@@ -15,9 +15,11 @@ Supported: functional and Sequential models (copied); subclassed models
 its rows while `keras.Model.export` traces it: `served_tables`); tables of
 fixed size (``input_dim``) whose rows fit in this process's memory
 (``max_table_bytes``); in copies, dense ids (with a combiner: ``(batch, ids per
-example)``). Refused, with the table named: dynamic tables (``input_dim=None``:
-no id range to copy; serve them from a checkpoint with the job's servers, or in
-one process with a local dynamic table) and tables over ``max_table_bytes``.
+example)``). Dynamic tables (``input_dim=None``) and tables over
+``max_table_bytes`` do not fold: `to_plain_model` refuses them (named), and
+`export_for_serving` exports the model itself with each such table served as
+`serving_compact.CompactRows` (the ids and rows its store holds; an id it does
+not hold gets a row of zeros).
 
 Call both on every worker of a job (tables sharded over the workers read
 their rows together); every worker gets the same plain model, and only the
@@ -28,12 +30,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from tfx_dist.layers import row_ops
+from tfx_dist import serving_compact
 from tfx_dist.layers.sharded_embedding import ShardedEmbedding
 from tfx_dist.tables import keras_file
 
@@ -79,20 +83,30 @@ def export_for_serving(model: keras.Model, path: str, max_table_bytes: int = DEF
     """Exports ``model`` for serving as a SavedModel at ``path`` (`keras.Model.export`, endpoint
     ``serve``) that needs neither tfx_dist nor a live job; the chief writes it.
 
-    A functional or Sequential model is exported as `to_plain_model(model)`, which is returned; a
-    subclassed model is exported itself, under `served_tables`, and returned. Call it outside
-    ``strategy.scope()``, on every worker. Raises as `to_plain_model` (a subclassed model's
-    tables are checked the same way, combiners and ragged ids aside: its own layers trace them).
+    A functional or Sequential model whose tables all fold into plain weights is exported as
+    `to_plain_model(model)`, which is returned. Any other model (subclassed, or with a dynamic
+    table or one over ``max_table_bytes``) is exported itself, under `served_tables`, and
+    returned: tables that fold are gathers from a copy of their rows, the others `CompactRows`
+    (the rows their store holds, looked up by id; an id it does not hold gets zeros). Call it
+    outside ``strategy.scope()``, on every worker.
+
+    Raises:
+      ValueError: a table neither form serves (named, with why), or combined ids of another
+        shape than ``(batch, ids per example)`` in a copy.
     """
     strategy = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
     writes = getattr(strategy.extended, "should_checkpoint", True)
-    if _is_copyable_graph(model):
+    refused = servable_tables(model, max_table_bytes)
+    if _is_copyable_graph(model) and not any(refused.values()):
         plain = to_plain_model(model, max_table_bytes)
         if writes:
             with row_ops.tensorflow_ops_only():
                 plain.export(path, verbose=False)
         return plain
-    with served_tables(model, max_table_bytes):
+    folder = os.path.dirname(os.path.abspath(path))
+    if writes:
+        os.makedirs(folder, exist_ok=True)
+    with served_tables(model, max_table_bytes, rows_folder=folder if writes else None):
         if writes:
             with row_ops.tensorflow_ops_only():
                 model.export(path, verbose=False)
@@ -100,16 +114,28 @@ def export_for_serving(model: keras.Model, path: str, max_table_bytes: int = DEF
 
 
 @contextlib.contextmanager
-def served_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES):
-    """Within it, each `ShardedEmbedding` of ``model`` looks its rows up in a copy of them, a
-    plain `tf.Variable` (a gather: no op of tfx_dist's, nothing bound to the job); its own table is
-    back afterwards. Reads every row on entry (a collective for tables sharded over workers)."""
+def served_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE_BYTES,
+                  rows_folder: str | None = ""):
+    """Within it, each `ShardedEmbedding` of ``model`` looks its rows up in a copy of them, plain
+    `tf.Variable`s (nothing of tfx_dist's, nothing bound to the job); its own table is back
+    afterwards. A table that folds into plain weights is a gather from all its rows (read on
+    entry: a collective for tables sharded over workers); a dynamic table or one over
+    ``max_table_bytes`` is `serving_compact.CompactRows`, whose store writes its rows into a
+    temporary folder under ``rows_folder`` ("": the system's; None: such tables keep their own
+    table, for a worker that reads but does not export)."""
     layers = [layer for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)]
-    _check_copyable_all(layers, max_table_bytes, combined_here=False)
+    compact = {layer.name for layer in layers if _refusal(layer, max_table_bytes)}
+    _check_copyable_all([layer for layer in layers if layer.name not in compact], max_table_bytes,
+                        combined_here=False, also_refused=[serving_compact.compact_refusal(layer)
+                                                           for layer in layers if layer.name in compact])
     originals = [(layer, layer.table) for layer in layers]
     try:
         for layer in layers:
-            _set_table(layer, _ServedRows(layer.name, table_rows(layer)))
+            if layer.name not in compact:
+                _set_table(layer, _ServedRows(layer.name, table_rows(layer)))
+            elif rows_folder is not None:
+                ids, rows = serving_compact.written_rows(layer, rows_folder or None)
+                _set_table(layer, serving_compact.CompactRows(layer.name, ids, rows))
         yield
     finally:
         for layer, table in originals:
@@ -158,22 +184,24 @@ def servable_tables(model: keras.Model, max_table_bytes: int = DEFAULT_MAX_TABLE
     """Which of ``model``'s `ShardedEmbedding` tables serving folds into plain weights.
 
     Returns ``{layer name: None}`` for a table that becomes plain weights, ``{layer name: why
-    not}`` for one that does not (a dynamic table, one over ``max_table_bytes``), in layer order.
-    Reads no rows.
+    not}`` for one that does not (a dynamic table, one over ``max_table_bytes``: `export_for_serving`
+    serves those as `serving_compact.CompactRows`), in layer order. Reads no rows.
     """
     return {layer.name: _refusal(layer, max_table_bytes)
             for layer in model._flatten_layers() if isinstance(layer, ShardedEmbedding)}
 
 
-def _check_copyable_all(layers, max_table_bytes: int, combined_here: bool = True) -> None:
+def _check_copyable_all(layers, max_table_bytes: int, combined_here: bool = True,
+                        also_refused=()) -> None:
     """Raises one ValueError naming every table serving cannot fold, and those it can."""
     refused = {layer.name: _refusal(layer, max_table_bytes) for layer in layers}
-    reasons = [why for why in refused.values() if why]
+    reasons = [why for why in refused.values() if why] + [why for why in also_refused if why]
     if reasons:
         folded = [name for name, why in refused.items() if not why]
         raise ValueError(
-            f"tfx_dist.serving folds {len(folded)} of {len(refused)} tables into plain weights "
-            f"({', '.join(repr(n) for n in folded) or 'none'}); not these: " + " ".join(reasons))
+            f"tfx_dist.serving folds {len(folded)} of {len(refused) + len(also_refused)} tables "
+            f"into plain weights ({', '.join(repr(n) for n in folded) or 'none'}); not these: "
+            + " ".join(reasons))
     for layer in layers:
         if layer.combiner is not None and combined_here:
             _ids_per_example(layer)
@@ -186,14 +214,15 @@ def _refusal(layer: ShardedEmbedding, max_table_bytes: int) -> str | None:
         return (f"ShardedEmbedding '{layer.name}' ({where}) is a dynamic table "
                 f"(input_dim=None, rows of {layer.output_dim} floats created on first lookup): it has "
                 "no id range to copy into plain weights, and the initial rows of ids it has not seen "
-                "are computed by tfx_dist's store, which plain TensorFlow cannot do. Serve it with "
-                "its servers, or in one process (a local dynamic table restored from a checkpoint).")
+                "are computed by tfx_dist's store, which plain TensorFlow cannot do. export_for_serving "
+                "serves it as compact rows (the ids its store holds; any other id gets zeros).")
     size = layer.input_dim * layer.output_dim * 4
     if size > max_table_bytes:
         return (f"ShardedEmbedding '{layer.name}' ({layer.input_dim:,} x {layer.output_dim}) holds "
                 f"{size:,} bytes of rows, more than max_table_bytes={max_table_bytes:,}: serving copies "
                 "every row into this process's memory (twice). Raise max_table_bytes if it fits; a "
-                "table larger than one process's memory cannot be served by a plain model.")
+                "table larger than that is served by export_for_serving as compact rows (the rows its "
+                "store holds; any other id gets zeros).")
     return None
 
 

@@ -45,7 +45,7 @@ from tfx_dist.reduce.cross_worker import CommTransport, CrossWorkerOps
 from tfx_dist.input.strategy_input import StrategyInput
 from tfx_dist.strategies.uneven_batches import ReplicaLossShares
 from tfx_dist.elastic import membership
-from tfx_dist.strategies import elastic_swap, step_failures, variable_order
+from tfx_dist.strategies import elastic_swap, moving_statistics, step_failures, variable_order
 
 
 class _SingleProcessTransport:
@@ -157,6 +157,10 @@ class MultiWorkerMirroredExtended(ReplicaLossShares, StrategyInput, save_agreeme
                 f"Set TF_CONFIG (e.g. with `tfx-dist-run -n N ...`) or pass a cluster_resolver.")
         return CommTransport.connect(info.rank, info.num_workers, info.worker_addresses,
                                      timeout_s=timeout_s)
+
+    def _create_variable(self, next_creator, **kwargs):
+        # BatchNormalization's moving statistics: one value on every worker (moving_statistics).
+        return super()._create_variable(next_creator, **moving_statistics.averaged(kwargs))
 
     # -- no TensorFlow collective runtime ----------------------------------------------------
 
