@@ -110,6 +110,9 @@ def test_dynamic_table_trained_by_adam_restores_into_one_server(tmp_path):
         _same_training(result, w)
 
 
+# CI time: resharding by servers is test_restore_into_three_servers; Nadam's state through a reshard
+# is checked in one process (tests/embedding/test_optimizers_match_keras.py).
+@pytest.mark.long
 def test_nadam_restores_into_three_servers(tmp_path):
     """Nadam: its slots and the servers' step count (its bias correction and momentum-schedule
     product are functions of it) restore into another number of servers. Refused on servers

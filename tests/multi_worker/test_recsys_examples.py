@@ -76,6 +76,8 @@ def test_under_parameter_servers(tmp_path):
     assert a["dcn:sharded"]["tables"] == ["RemoteTable", "RemoteTable"]
 
 
+# CI time: the same programs run under parameter servers in CI; hybrid under make reliability.
+@pytest.mark.long
 def test_under_hybrid(tmp_path):
     a, b = _train(tmp_path, "hybrid", ["movielens:keras", "dcn:keras"])
     _check(a, b)

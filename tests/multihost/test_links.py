@@ -1,6 +1,5 @@
 """Links between simulated hosts: shaped (rate, delay, loss) and cut mid-training."""
 
-import os
 import re
 import time
 
@@ -17,6 +16,7 @@ def _fit_two_hosts(hosts, tmp_path):
     return max(r["fit_s"] for r in results)
 
 
+@pytest.mark.long  # CI time: the delayed, lossy link is CI's link test
 def test_fit_over_a_1gbit_link(tmp_path):
     with SimulatedHosts(2) as hosts:
         hosts.shape(0, rate="1gbit")
