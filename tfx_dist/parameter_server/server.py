@@ -18,6 +18,10 @@ def serve(info: ClusterInfo, synchronous: bool, timeout_s: float | None = None) 
     worker that vanished or went silent, named), otherwise.
     """
     timeout_s = float(settings.get("TFX_TIMEOUT_S", timeout_s))
+    if settings.get("TFX_ELASTIC_DRIVER"):  # tfx-dist-run --elastic: one session per generation
+        from tfx_dist.parameter_server import elastic
+
+        return elastic.serve_sessions(info, synchronous, timeout_s)
     servers = list(info.ps_addresses)
     labels = [f"worker {w} ({address})" for w, address in enumerate(info.worker_addresses)]
     server = ServiceServer(info.task_index, servers, info.num_workers, timeout_s=timeout_s,

@@ -37,6 +37,7 @@ from tfx_dist.comm.service import ServiceClient
 from tfx_dist.strategies.multi_worker_mirrored import (MultiWorkerMirroredExtended,
                                                        MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import _native, server
+from tfx_dist.parameter_server import elastic as ps_elastic
 from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib
 from tfx_dist.strategies import partitioned_embeddings, plain_embeddings
@@ -56,11 +57,16 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
         self._variable_partitioner = variable_partitioner
         plain_embeddings.install()
         servers = list(info.ps_addresses)
-        self._service = ServiceClient(info.rank, servers, info.num_workers,
-                                      timeout_s=kwargs.get("timeout_s"),
-                                      server_labels=[f"ps {s} ({a})" for s, a in enumerate(servers)])
-        self._ps_client = int(_native.lib().tfx_ps_client_create(
-            self._service.handle, len(servers), info.rank))
+        labels = [f"ps {s} ({a})" for s, a in enumerate(servers)]
+        if self._elastic:  # workers come and go: a session of the servers per generation
+            self._service, self._ps_client = ps_elastic.connect_client(servers, kwargs.get("timeout_s"),
+                                                                       labels)
+            ps_elastic.follow_resets(self, servers, kwargs.get("timeout_s"), labels)
+        else:
+            self._service = ServiceClient(info.rank, servers, info.num_workers,
+                                          timeout_s=kwargs.get("timeout_s"), server_labels=labels)
+            self._ps_client = int(_native.lib().tfx_ps_client_create(
+                self._service.handle, len(servers), info.rank))
         self._mode = mode
         self._tables: list[RemoteTable] = []
         self._table_ids = itertools.count()  # embedding and dense tables, in creation order
@@ -104,11 +110,15 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
         gradients: a table's rows are summed by the servers, not the workers.
         """
         tables, rest_grads, rest_vars = table_gradients.split_table_gradients(grads, variables)
+        pushed = []
         for table, grad in tables:
             table.set_optimizer(optimizer)
             op = table.push(grad, learning_rate)
+            pushed.append(op)
             if self._step is not None:
                 self._step["pushes"].append(op)
+        if self._elastic:  # the step's all-reduce waits for its pushes (ps_elastic.pushes_first)
+            rest_grads = ps_elastic.pushes_first(rest_grads, pushed)
         if self.dense_placement == "servers":
             rest_grads, rest_vars = self._push_dense_gradients(optimizer, rest_grads, rest_vars,
                                                                learning_rate)
@@ -196,6 +206,12 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
             yield self._step["pushes"]
         finally:
             self._step = None
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        result = super()._batch_reduce_to(reduce_op, value_destination_pairs, options)
+        if self._elastic and self._step is not None:  # the step ends after its all-reduce
+            self._step["pushes"].extend(ps_elastic.tensors_of(result))
+        return result
 
     def step_done(self, after=()):
         """The op that ends this worker's step on the servers (if it pushed anything)."""

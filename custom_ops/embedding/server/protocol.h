@@ -58,6 +58,7 @@ enum Kind : uint16_t {
   kRestore = 6,
   kSetOptimizer = 7,
   kAssign = 8,
+  kSession = 9,
 };
 const char* KindName(uint16_t kind);
 
