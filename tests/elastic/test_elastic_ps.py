@@ -9,8 +9,10 @@
 """
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -102,6 +104,44 @@ def test_a_lost_server_stops_the_job_naming_it_or_restarts_it(tmp_path):
         in proc.stderr
     assert proc.stderr.count("a server and not a worker") == 2
     assert "--max-restarts 1 restart(s) are used" in proc.stderr
+
+
+def test_workers_and_servers_die_with_a_killed_launcher(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import os, sys, time\n"
+                      f"open(os.path.join({str(tmp_path)!r}, str(os.getpid())), 'w').close()\n"
+                      "time.sleep(120)\n")
+    env = dict(os.environ, PYTHONPATH=elastic_job.ROOT)
+    launcher = subprocess.Popen([sys.executable, "-m", "tfx_dist.run", "--elastic", "-n", "2", "--ps", "1",
+                                 sys.executable, str(script)], env=env, cwd=elastic_job.ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(_pids(tmp_path)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = _pids(tmp_path)
+    assert len(pids) == 3  # two workers, one server
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if _alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left
+
+
+def _pids(folder):
+    return [int(f.name) for f in folder.iterdir() if f.name.isdigit()]
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (not reaped yet: its parent died) is gone
+        return f.read().split(")")[-1].split()[0] != "Z"
 
 
 def test_elastic_takes_max_restarts_only_with_servers():

@@ -53,12 +53,33 @@ MAX_REPLACEMENTS_PER_SLOT = 3
 _POLL_S = 0.05
 
 
+# Runs first in each process the elastic launcher starts: sets the parent-death signal, then
+# becomes the command. The launcher has threads (the driver, the relays), so it cannot run code
+# between fork and exec (preexec_fn); the signal survives the exec. It is sent when the thread
+# that started the process ends: the launcher's main thread, which lives as long as the job.
+_DIE_WITH_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(128 + signal.SIGKILL)  # the launcher died before the signal was set\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as e:\n"
+    "    sys.exit(f'tfx-dist-run: could not start {sys.argv[2]!r}: {e}')\n")
+
+
+def _dying_with_launcher(command: Sequence[str]) -> List[str]:
+    if not sys.platform.startswith("linux"):
+        return list(command)
+    return [sys.executable, "-c", _DIE_WITH_LAUNCHER, str(os.getpid()), *command]
+
+
 class _Worker:
     """One worker process and its two relays."""
 
     def __init__(self, name: str, command: Sequence[str], env: dict, console: Console, hide: bool):
         self.name = name
-        self.proc = subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(_dying_with_launcher(command), env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True)
         prefix = f"[{name}] ".encode()
