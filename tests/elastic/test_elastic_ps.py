@@ -1,7 +1,7 @@
 """Parameter-server jobs under `tfx-dist-run --elastic --ps K`, with real processes.
 
-- Workers come and go, the server stays: 3 workers and 1 server, worker w1 killed with SIGKILL
-  mid-run; the two others go on in their own processes, a replacement joins, the job exits 0, and
+- Workers come and go, the server stays: 3 workers and 1 server (dense variables on the workers,
+  or on the server too), worker w1 killed with SIGKILL mid-run; the two others go on in their own processes, a replacement joins, the job exits 0, and
   the table's rows (on the server) and the dense weights (on the workers) equal a numpy replay of
   every step applied once (ps_elastic_worker.py's data do not depend on the number of workers).
 - A lost server is not a lost worker: the job stops naming it, or restarts with --max-restarts.
@@ -44,11 +44,12 @@ def replay(initial_dense, steps, total=None):
     return table, kernel, bias
 
 
-def test_a_killed_worker_is_replaced_and_the_server_keeps_every_step_once():
+@pytest.mark.parametrize("dense", ["workers", "servers"])
+def test_a_killed_worker_is_replaced_and_the_server_keeps_every_step_once(dense):
     steps_total = 30
     code, done, steps, output, _ = elastic_job.run_killing_one(
         os.path.join(HERE, "ps_elastic_worker.py"), kill_at_step=8, timeout=400, extra_args=("--ps", "1"),
-        env={"ELASTIC_STEPS": str(steps_total), "ELASTIC_JOIN_AT": "16"})
+        env={"ELASTIC_STEPS": str(steps_total), "ELASTIC_JOIN_AT": "16", "DENSE": dense})
     assert code == 0, output[-6000:]
     assert set(done) == {"w0", "w2", "w3"}, output[-6000:]
     pids = {name: {pid for n, pid, *_ in steps if n == name} for name in done}

@@ -9,7 +9,9 @@ resolved when the next session begins (``parameter_server.h``): applied whole
 when any worker ended it (a worker ends a step after the step's all-reduce,
 which every worker's pushes precede), dropped with its partial pushes when
 none did. So a step's sparse update is on the servers exactly when its dense
-update is on the workers: never part of a step, never a step twice.
+update is on the workers: never part of a step, never a step twice. With the
+dense variables on the servers a worker's step ends only once the servers
+applied it (it pulls the weights): an open step is always dropped.
 
 A worker reconnects at each reset (a ``membership.on_reset`` listener): it
 says goodbye to the last session, connects to the new one at its new rank and
@@ -45,9 +47,12 @@ def _say(index: int, message: str) -> None:
     print(f"tfx_dist parameter server {index}: {message}", file=sys.stderr, flush=True)
 
 
-def serve_sessions(info, synchronous: bool, timeout_s: float) -> int:
+def serve_sessions(info, synchronous: bool, timeout_s: float, dense_variables: str = "workers") -> int:
     """Serves as parameter server ``info.task_index`` of an elastic job, one session per generation,
-    until the driver ends the job; returns the process's exit status (0)."""
+    until the driver ends the job; returns the process's exit status (0).
+
+    ``dense_variables="servers"``: a worker's step ends only once the servers applied it (it pulls
+    the dense weights), so a step left open is dropped even when a worker ended it."""
     from tfx_dist.elastic.driver_client import DriverClient
 
     driver = DriverClient.from_settings()
@@ -66,7 +71,7 @@ def serve_sessions(info, synchronous: bool, timeout_s: float) -> int:
                 return 0
             after = number
             note = ctypes.create_string_buffer(_NOTE_LEN)
-            lib.tfx_ps_server_begin(server, len(members), note, _NOTE_LEN)
+            lib.tfx_ps_server_begin(server, len(members), int(dense_variables != "servers"), note, _NOTE_LEN)
             if note.value:
                 _say(index, f"generation {number} of {len(members)} worker(s): "
                             f"{note.value.decode('utf-8', 'replace')}")

@@ -282,7 +282,8 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
                 f"tasks (received jobs {sorted(info.cluster or {})}). Add them, e.g. "
                 "`tfx-dist-run -n 2 --ps 2 ...`, or use tfx_dist.MultiWorkerMirroredStrategy.")
         if info.task_type == "ps":
-            sys.exit(server.serve(info, synchronous=mode == "sync", timeout_s=timeout_s))
+            sys.exit(server.serve(info, synchronous=mode == "sync", timeout_s=timeout_s,
+                                  dense_variables=dense_variables))
         tf.distribute.Strategy.__init__(self, ParameterServerExtended(
             self, info, mode, dense_placement=dense_variables, cluster_resolver=cluster_resolver,
             devices=devices, timeout_s=timeout_s, variable_partitioner=variable_partitioner))

@@ -80,10 +80,11 @@ class ParameterServer {
   int64_t version() const;
 
   // Starts a session of num_workers workers (none of the last one's requests
-  // may still run): resolves the step left open (see the top of this file),
-  // forgets the last session's stop. Returns what became of the open step
-  // ("" when none was open).
-  std::string BeginSession(int num_workers);
+  // may still run): resolves the step left open (see the top of this file;
+  // apply_ended false: dropped even when a worker ended it, for workers whose
+  // step ends only once the servers applied it), forgets the last session's
+  // stop. Returns what became of the open step ("" when none was open).
+  std::string BeginSession(int num_workers, bool apply_ended = true);
 
  private:
   struct Table;  // a shard and its pushes of open steps

@@ -11,20 +11,22 @@ namespace tfx::ps {
 using tfx::Code;
 using tfx::Status;
 
-std::string ParameterServer::BeginSession(int num_workers) {
+std::string ParameterServer::BeginSession(int num_workers, bool apply_ended) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string ended_by;
   for (size_t w = 0; w < closed_.size(); ++w)
     if (closed_[w] > version_) ended_by += (ended_by.empty() ? "" : ", ") + std::to_string(w);
   std::string what;
-  if (!ended_by.empty() && failed_.ok()) {
+  if (!ended_by.empty() && apply_ended && failed_.ok()) {
     // Ended by a worker: its all-reduce completed, so every worker's pushes of it arrived.
     const Status st = ApplyStep(version_);
     if (!st.ok()) failed_ = st;
     what = "step " + std::to_string(version_) + " applied (ended by worker(s) " + ended_by + " of the last session)";
     ++version_;
   } else if (HasPending()) {
-    what = "step " + std::to_string(version_) + " dropped (ended by no worker: its pushes were partial)";
+    what = "step " + std::to_string(version_) + " dropped (" +
+           (ended_by.empty() ? std::string("ended by no worker: its pushes were partial")
+                             : "ended by worker(s) " + ended_by + " only: they run it again") + ")";
   }
   DiscardPending();
   closed_.assign(static_cast<size_t>(num_workers), version_);

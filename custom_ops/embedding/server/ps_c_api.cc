@@ -100,10 +100,10 @@ int64_t tfx_ps_server_create(int32_t server_index, int32_t num_servers, int32_t 
   return id;
 }
 
-int32_t tfx_ps_server_begin(int64_t id, int32_t num_workers, char* note, int32_t note_len) {
+int32_t tfx_ps_server_begin(int64_t id, int32_t num_workers, int32_t apply_ended, char* note, int32_t note_len) {
   auto server = FindServer(id);
   if (!server || num_workers < 1) return static_cast<int32_t>(Code::kInvalidArgument);
-  const std::string what = server->BeginSession(num_workers);
+  const std::string what = server->BeginSession(num_workers, apply_ended != 0);
   if (note != nullptr && note_len > 0) {
     std::strncpy(note, what.c_str(), static_cast<size_t>(note_len) - 1);
     note[note_len - 1] = '\0';

@@ -31,11 +31,12 @@ TFX_PS_API int32_t tfx_ps_serve(int64_t service_server, int32_t server_index, in
 /* A parameter server that outlives its workers' connections (elastic jobs): one session per
  * generation of workers, the tables and steps carried over. create returns an id > 0; begin
  * starts a session of num_workers (note: what became of the step the last session left open,
- * "" if none); serve serves it until its workers are gone (returns 0 when every one said
+ * "" if none; apply_ended: apply it whole when a worker ended it, else drop it); serve serves it until its workers are gone (returns 0 when every one said
  * goodbye, else the code of the first loss: err names the worker). */
 TFX_PS_API int64_t tfx_ps_server_create(int32_t server_index, int32_t num_servers, int32_t synchronous,
                                         double timeout_s);
-TFX_PS_API int32_t tfx_ps_server_begin(int64_t id, int32_t num_workers, char* note, int32_t note_len);
+TFX_PS_API int32_t tfx_ps_server_begin(int64_t id, int32_t num_workers, int32_t apply_ended, char* note,
+                                       int32_t note_len);
 TFX_PS_API int32_t tfx_ps_server_serve(int64_t id, int64_t service_server, char* err, int32_t err_len);
 TFX_PS_API int64_t tfx_ps_server_version(int64_t id);
 TFX_PS_API int32_t tfx_ps_server_destroy(int64_t id);
