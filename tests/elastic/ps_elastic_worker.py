@@ -5,8 +5,9 @@ Deterministic: step s trains on examples [s*G, (s+1)*G) of a fixed set, split ev
 workers there are (G = 6: 2 or 3 workers), loss summed over the global batch / G, SGD. So the
 weights after STEPS steps do not depend on how many workers ran each step, and the test computes
 them in numpy. The table (zeros at first) lives on the server; the dense layer on the workers,
-all-reduced (or on the server too: DENSE=servers). Commits after every step. With ELASTIC_JOIN_AT=k, a generation of fewer than 3 workers waits at
-step k until the replacement is ready to join (so that it joins before the end).
+all-reduced (or on the server too: DENSE=servers). Commits after every step. With
+ELASTIC_JOIN_AT=k, a generation of fewer than 3 workers waits at step k until the replacement is
+ready to join (so that it joins before the end).
 
 Prints ``STEP <name> <pid> <generation> <rank> <size> <step>`` after each step and, at the end,
 ``DONE <name> <pid> <json>`` with the table's rows and the dense weights.

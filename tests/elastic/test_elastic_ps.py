@@ -1,9 +1,10 @@
 """Parameter-server jobs under `tfx-dist-run --elastic --ps K`, with real processes.
 
 - Workers come and go, the server stays: 3 workers and 1 server (dense variables on the workers,
-  or on the server too), worker w1 killed with SIGKILL mid-run; the two others go on in their own processes, a replacement joins, the job exits 0, and
-  the table's rows (on the server) and the dense weights (on the workers) equal a numpy replay of
-  every step applied once (ps_elastic_worker.py's data do not depend on the number of workers).
+  or on the server too), worker w1 killed with SIGKILL mid-run; the two others go on in their own
+  processes, a replacement joins, the job exits 0, and the table's rows (on the server) and the
+  dense weights equal a numpy replay of every step applied once (ps_elastic_worker.py's data do not
+  depend on the number of workers).
 - A lost server is not a lost worker: the job stops naming it, or restarts with --max-restarts.
 - HybridStrategy (tables on the workers) refuses an elastic job, naming the restart path.
 """
