@@ -252,8 +252,8 @@ SETTINGS = {
                 "that says each generation's members (empty: no driver; `membership.reset()` then "
                 "rebuilds the communicator with the same members)."),
         Setting("TFX_ELASTIC_WORKER", "", _Text(),
-                "Set by `tfx-dist-run --elastic` in each worker: the name the elastic driver knows "
-                "this worker process by."),
+                "Set by `tfx-dist-run --elastic` in each worker and parameter server: the name the "
+                "elastic driver knows this process by (`w0`, ..., `ps0`, ...)."),
         Setting("TFX_ALLOW_UNTESTED_TENSORFLOW", False, _Bool(),
                 "Run on a TensorFlow or Keras outside the tested range with a warning instead of "
                 "`UnsupportedTensorFlowError` (the tf-nightly report uses it; results unchecked)."),

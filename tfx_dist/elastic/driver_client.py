@@ -48,6 +48,12 @@ class DriverClient:
         """This member of generation ``after`` resets: returns the next generation it is in."""
         return self._generation_of(self._ask({"op": "next", "after": after}, timeout_s))
 
+    def next_session(self, after: int, timeout_s: float):
+        """A parameter server's question: the first generation past ``after`` (the latest one
+        formed); returns ``(number, member names)``. Raises AbortedError when the job stops."""
+        answer = self._ask({"op": "session", "after": after}, timeout_s)
+        return int(answer["number"]), [str(m) for m in answer["members"]]
+
     def began(self, number: int) -> None:
         """Generation ``number`` is running here: changes are counted from now on."""
         with self._lock:

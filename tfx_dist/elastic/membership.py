@@ -36,8 +36,8 @@ import time
 from tfx_dist import errors, settings
 from tfx_dist.elastic.generation import Generation
 
-__all__ = ["Generation", "communicator", "connect", "elastic", "generation", "is_peer_lost", "on_reset",
-           "pending_change", "remove_listener", "reset"]
+__all__ = ["Generation", "add_peer_lost_probe", "communicator", "communicator_broken", "connect", "elastic",
+           "generation", "is_peer_lost", "on_reset", "pending_change", "remove_listener", "reset"]
 
 
 @dataclasses.dataclass
@@ -51,6 +51,7 @@ class _Current:
 _lock = threading.RLock()
 _current: _Current | None = None
 _listeners: list = []
+_probes: list = []  # more ways a step's error may mean a lost peer (add_peer_lost_probe)
 _driver = None  # the DriverClient of this process, made on first use under a driver
 
 
@@ -207,10 +208,28 @@ def is_peer_lost(error: BaseException) -> bool:
         return False
     if not isinstance(error, Exception) or isinstance(error, (KeyboardInterrupt, errors.CancelledError)):
         return False
+    return communicator_broken() or any(probe(error) for probe in list(_probes))
+
+
+def communicator_broken() -> bool:
+    """Whether this process's communicator is broken by a lost peer, a timeout or a closed
+    connection (the runtime's state, ``Communicator.broken_code``)."""
     from tfx_dist.comm.communicator import _PEER_LOST_CODES
 
+    current = _current
+    if current is None:
+        return False
     broken = getattr(current.communicator, "broken_code", lambda: errors.ABORTED)()
     return broken in _PEER_LOST_CODES
+
+
+def add_peer_lost_probe(probe) -> None:
+    """Adds ``probe(error) -> bool`` to :func:`is_peer_lost`: an error of a step that a lost peer
+    causes outside the communicator (a parameter server stopping a session whose worker was
+    lost). A probe may wait briefly for the job to confirm the loss; adding one twice adds it once."""
+    with _lock:
+        if probe not in _probes:
+            _probes.append(probe)
 
 
 def _require() -> _Current:
@@ -245,3 +264,4 @@ def _forget_for_tests() -> None:
             _current.communicator.close()
         _current, _driver = None, None
         _listeners.clear()
+        _probes.clear()

@@ -22,6 +22,12 @@ it, ``[w3] ...``), the job secret and its own listening address (in
 
 Replacements are bounded (``MAX_REPLACEMENTS_PER_SLOT`` times ``--max-workers``),
 so a program that fails every time does not run forever.
+
+With ``--ps K`` the launcher also starts K parameter servers (``ps0``, ...), which
+serve one session per generation (``tfx_dist.parameter_server.elastic``). A lost
+server is never taken for a lost worker: its tables are gone, so the job stops,
+naming it; with ``--max-restarts N`` the whole job starts again (as the restart
+path does, ``TFX_RESTART_COUNT`` counting), from the job's own checkpoint.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tfx_dist.cluster import join_address, make_tf_config
 from tfx_dist.launcher.console import Console
@@ -47,12 +53,33 @@ MAX_REPLACEMENTS_PER_SLOT = 3
 _POLL_S = 0.05
 
 
+# Runs first in each process the elastic launcher starts: sets the parent-death signal, then
+# becomes the command. The launcher has threads (the driver, the relays), so it cannot run code
+# between fork and exec (preexec_fn); the signal survives the exec. It is sent when the thread
+# that started the process ends: the launcher's main thread, which lives as long as the job.
+_DIE_WITH_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(128 + signal.SIGKILL)  # the launcher died before the signal was set\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as e:\n"
+    "    sys.exit(f'tfx-dist-run: could not start {sys.argv[2]!r}: {e}')\n")
+
+
+def _dying_with_launcher(command: Sequence[str]) -> List[str]:
+    if not sys.platform.startswith("linux"):
+        return list(command)
+    return [sys.executable, "-c", _DIE_WITH_LAUNCHER, str(os.getpid()), *command]
+
+
 class _Worker:
     """One worker process and its two relays."""
 
     def __init__(self, name: str, command: Sequence[str], env: dict, console: Console, hide: bool):
         self.name = name
-        self.proc = subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(_dying_with_launcher(command), env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True)
         prefix = f"[{name}] ".encode()
@@ -78,12 +105,16 @@ class _Worker:
 class ElasticJob:
     """The worker processes of an elastic job and the driver that forms its generations."""
 
-    def __init__(self, args: argparse.Namespace, command: Sequence[str]):
-        self.args, self.command = args, list(command)
+    def __init__(self, args: argparse.Namespace, command: Sequence[str], restart_count: int = 0):
+        self.args, self.command, self.restart_count = args, list(command), restart_count
         self.secret = secrets.token_hex(32)
         self.driver = Driver(args.host, self.secret.encode(), args.min_workers)
         self.console = Console()
         self.workers: Dict[str, _Worker] = {}
+        self.servers: Dict[str, _Worker] = {}
+        self.addresses: Dict[str, str] = {}  # worker name -> its first listening address
+        self.ps_addresses = [join_address(args.host, p) for p in pick_ports(args.host, args.ps)] \
+            if args.ps else []
         self.lost: Dict[str, int] = {}   # name -> returncode
         self.finished: List[str] = []
         self.started = 0
@@ -96,35 +127,60 @@ class ElasticJob:
             return self.args.max_workers
         return min(self.args.max_workers, self.hosts.local_slots())
 
+    def _environment(self, name: str, tf_config: str) -> dict:
+        env = dict(os.environ)
+        env.update(TF_CONFIG=tf_config, TFX_JOB_SECRET=self.secret, TFX_ELASTIC_DRIVER=self.driver.address,
+                   TFX_ELASTIC_WORKER=name, TFX_RESTART_COUNT=str(self.restart_count))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+        return env
+
+    def _start(self, name: str, env: dict, hide: bool) -> _Worker:
+        try:
+            return _Worker(name, self.command, env, self.console, hide=hide)
+        except OSError as e:
+            raise LaunchError(f"could not start {self.command[0]!r}: {e}") from None
+
     def start_worker(self) -> str:
         name = f"w{self.started}"
         self.started += 1
         (port,) = pick_ports(self.args.host, 1)
         address = join_address(self.args.host, port)
-        env = dict(os.environ)
-        env.update(TF_CONFIG=make_tf_config({"worker": [address]}, "worker", 0),
-                   TFX_JOB_SECRET=self.secret, TFX_ELASTIC_DRIVER=self.driver.address,
-                   TFX_ELASTIC_WORKER=name)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+        cluster = {"worker": [address], **({"ps": self.ps_addresses} if self.ps_addresses else {})}
         self.driver.add_worker(name, address)
-        try:
-            self.workers[name] = _Worker(name, self.command, env, self.console,
+        self.addresses[name] = address
+        self.workers[name] = self._start(name, self._environment(name, make_tf_config(cluster, "worker", 0)),
                                          hide=not self.args.all_progress and self.started > 1)
-        except OSError as e:
-            raise LaunchError(f"could not start {self.command[0]!r}: {e}") from None
         return name
+
+    def start_servers(self) -> None:
+        """The parameter servers (``--ps``): each learns the workers of a session from the driver
+        (their TF_CONFIG names the first worker only, as a place holder)."""
+        first = next(iter(self.addresses.values()))
+        for index in range(len(self.ps_addresses)):
+            name = f"ps{index}"
+            self.driver.add_server(name)
+            tf_config = make_tf_config({"worker": [first], "ps": self.ps_addresses}, "ps", index)
+            self.servers[name] = self._start(name, self._environment(name, tf_config), hide=True)
+
+    def lost_server(self) -> Optional[str]:
+        """The first parameter server that exited while the job runs, or None."""
+        for name, server in self.servers.items():
+            if server.proc.poll() is not None:
+                return name
+        return None
 
     def running(self) -> List[str]:
         return [n for n, w in self.workers.items() if w.proc.returncode is None]
 
     def stop_all(self, grace: float) -> None:
-        for worker in self.workers.values():
+        every = list(self.workers.values()) + list(self.servers.values())
+        for worker in every:
             worker.kill(signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(w.proc.poll() is None for w in self.workers.values()):
+        while time.monotonic() < deadline and any(w.proc.poll() is None for w in every):
             time.sleep(0.02)
-        for worker in self.workers.values():
+        for worker in every:
             worker.kill(signal.SIGKILL)
             worker.proc.wait()
 
@@ -158,38 +214,70 @@ class ElasticJob:
 
 
 def run_elastic(args: argparse.Namespace, command: Sequence[str], received: List[int]) -> int:
-    """Runs the elastic job to its end; returns the launcher's exit status."""
+    """Runs the elastic job to its end, again after a lost server while ``--max-restarts``
+    allows; returns the launcher's exit status."""
+    restart = 0
+    while True:
+        status, lost_server = _run_once(args, command, received, restart)
+        if lost_server is None or received:
+            return status
+        if restart >= args.max_restarts:
+            say(f"not restarting: parameter server {lost_server} was lost and --max-restarts "
+                f"{args.max_restarts} restart(s) are used" if args.max_restarts else
+                f"parameter server {lost_server} was lost: an elastic job replaces workers, not servers "
+                f"(the tables it held are gone). Run with --max-restarts N (and --checkpoint-dir) to "
+                f"restart the whole job from its last checkpoint")
+            return status
+        restart += 1
+        say(f"restarting the job (TFX_RESTART_COUNT={restart}): parameter server {lost_server} was lost; "
+            f"restart {restart} of {args.max_restarts}")
+
+
+def _run_once(args: argparse.Namespace, command: Sequence[str], received: List[int],
+              restart_count: int) -> Tuple[int, Optional[str]]:
+    """One run of the elastic job: (exit status, the parameter server lost, if one was)."""
     try:
-        job = ElasticJob(args, command)
+        job = ElasticJob(args, command, restart_count)
         for _ in range(min(args.num_workers, job.target())):
             job.start_worker()
+        job.start_servers()
     except LaunchError as e:
         say(str(e))
-        return EXIT_CANNOT_START
+        return EXIT_CANNOT_START, None
     say(f"elastic job: {len(job.workers)} worker(s), between {args.min_workers} and "
-        f"{args.max_workers}; driver at {job.driver.address}")
+        f"{args.max_workers}" + (f", {len(job.servers)} parameter server(s)" if job.servers else "")
+        + f"; driver at {job.driver.address}")
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     replacements_left = MAX_REPLACEMENTS_PER_SLOT * args.max_workers
     try:
         while True:
             if received:
                 say(f"received {signal.Signals(received[0]).name}; stopping every worker")
-                return 128 + received[0]
+                return 128 + received[0], None
             if deadline is not None and time.monotonic() >= deadline:
                 say(f"timed out after {args.timeout:g} s (--timeout); stopping every worker")
-                return EXIT_TIMEOUT
+                return EXIT_TIMEOUT, None
             job.reap()
+            if job.members_done():
+                if job.lost:
+                    say(f"the job finished; lost and replaced on the way: {', '.join(job.lost)}")
+                return 0, None
             for name in job.driver.take_dropped():
                 say(f"worker {name} stayed silent while the others reset; stopping it")
                 job.workers[name].kill(signal.SIGKILL)
             if job.driver.stopped:
                 say(f"stopping the job: {job.driver.stopped}")
                 job.report_lost()
-                return _failure_status(job)
-            if job.members_done():
-                if job.lost:
-                    say(f"the job finished; lost and replaced on the way: {', '.join(job.lost)}")
-                return 0
+                return _failure_status(job), None
+            server = job.lost_server()
+            if server is not None:
+                code = job.servers[server].proc.returncode
+                tail = job.servers[server].tail()
+                say(f"parameter server {server} {describe_exit(code)}, a server and not a worker: the "
+                    f"workers cannot go on without its tables; stopping the job"
+                    + (f"; its last {len(tail)} stderr line(s):" if tail else ""))
+                sys.stderr.write("".join(f"    {line}\n" for line in tail))
+                return (128 - code if code < 0 else code) or 1, server
             running = len(job.running())
             if not job.finished and running < job.target() and replacements_left > 0:
                 replacements_left -= 1
@@ -199,7 +287,7 @@ def run_elastic(args: argparse.Namespace, command: Sequence[str], received: List
                 job.driver.stop(f"{running} worker(s) running, below --min-workers "
                                 f"{args.min_workers}, and no replacement left to start")
             elif not running and job.finished:
-                return 0
+                return 0, None
             time.sleep(_POLL_S)
     finally:
         job.driver.close()
@@ -247,6 +335,8 @@ def check_elastic_arguments(parser: argparse.ArgumentParser, args: argparse.Name
     if not 1 <= args.min_workers <= args.num_workers <= args.max_workers:
         parser.error(f"--elastic needs 1 <= --min-workers <= -n <= --max-workers; received "
                      f"{args.min_workers}, {args.num_workers}, {args.max_workers}")
-    if args.ps or args.max_restarts:
-        parser.error("--elastic does not take --ps or --max-restarts (parameter servers are not "
-                     "elastic; the elastic job replaces workers itself)")
+    if args.ps < 0 or args.max_restarts < 0:
+        parser.error(f"--ps and --max-restarts must be at least 0; received {args.ps}, {args.max_restarts}")
+    if args.max_restarts and not args.ps:
+        parser.error("--elastic takes --max-restarts with --ps only (it restarts the job after a lost "
+                     "parameter server; the elastic job replaces lost workers itself)")

@@ -15,6 +15,9 @@ the driver when one is started (:meth:`Driver.add_worker`) or has exited
   that asked, in their old rank order, then the joiners.
 - ``changed``: has anything happened since generation ``after`` began (a
   member exited, a joiner is ready)? Never blocks.
+- ``session`` (from a parameter server, :meth:`Driver.add_server`): waits for
+  a generation past ``after``; answers the latest one's number and members,
+  whom the server serves next (``tfx_dist.parameter_server.elastic``).
 
 Below ``min_workers`` the driver answers every waiting worker ``stop`` with the
 reason (the launcher then stops the job with every lost worker's errors).
@@ -67,6 +70,7 @@ class Driver:
         self.start_window_s = start_window_s
         self._cond = threading.Condition()
         self._workers: Dict[str, _Worker] = {}
+        self._servers: set = set()     # parameter servers' names: they ask `session` only
         self._generation: Optional[Formed] = None
         self._first_ask: Optional[float] = None
         self._changed_at = -1          # the generation during which something changed
@@ -87,6 +91,10 @@ class Driver:
         with self._cond:
             self._workers[name] = _Worker(name, address)
             self._cond.notify_all()
+
+    def add_server(self, name: str) -> None:
+        with self._cond:
+            self._servers.add(name)
 
     def worker_exited(self, name: str) -> None:
         with self._cond:
@@ -185,11 +193,27 @@ class Driver:
                 return {"stop": f"no generation after {after} formed with worker {name} in time"}
             self._cond.wait(min(left, 0.2))  # the window's end is noticed by polling
 
+    def _wait_for_session(self, after: int, deadline: float) -> dict:
+        """Blocks until a generation past ``after`` formed; answers the latest one."""
+        while True:
+            self._try_form()
+            if self.stopped:
+                return {"stop": self.stopped}
+            current = self._generation
+            if current is not None and current.number > after:
+                return {"number": current.number, "members": list(current.members)}
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {"stop": f"no generation after {after} formed in time"}
+            self._cond.wait(min(left, 0.2))
+
     def handle(self, request: dict) -> dict:
         op, name = request.get("op"), str(request.get("worker"))
         timeout_s = float(request.get("timeout_s", 300.0))
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            if name in self._servers and op == "session":
+                return self._wait_for_session(int(request.get("after", -1)), deadline)
             worker = self._workers.get(name)
             if worker is None:
                 return {"stop": f"the driver started no worker named {name!r}"}

@@ -23,7 +23,16 @@ ERR_LEN = native.ERR_LEN
 _SIGNATURES = {
     "tfx_ps_serve": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
                                       ctypes.c_int32, ctypes.c_double] + _err),
+    "tfx_ps_server_create": (ctypes.c_int64, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
+                                              ctypes.c_double]),
+    "tfx_ps_server_begin": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
+                                             ctypes.c_char_p, ctypes.c_int32]),
+    "tfx_ps_server_serve": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64] + _err),
+    "tfx_ps_server_version": (ctypes.c_int64, [ctypes.c_int64]),
+    "tfx_ps_server_destroy": (ctypes.c_int32, [ctypes.c_int64]),
     "tfx_ps_client_create": (ctypes.c_int64, [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]),
+    "tfx_ps_client_rejoin": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int64]
+                             + _err),
     "tfx_ps_client_destroy": (ctypes.c_int32, [ctypes.c_int64]),
     "tfx_ps_create_table": (ctypes.c_int32, [ctypes.c_int64, ctypes.POINTER(store.TableConfig)] + _err),
     "tfx_ps_set_optimizer": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64,

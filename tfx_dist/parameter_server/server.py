@@ -11,13 +11,18 @@ from tfx_dist.fault_tolerance import notice
 from tfx_dist.parameter_server import _native
 
 
-def serve(info: ClusterInfo, synchronous: bool, timeout_s: float | None = None) -> int:
+def serve(info: ClusterInfo, synchronous: bool, timeout_s: float | None = None,
+          dense_variables: str = "workers") -> int:
     """Serves as parameter server ``info.task_index``; returns the process's exit status.
 
     0 once every worker has said goodbye; 1, with the reason on stderr (the
     worker that vanished or went silent, named), otherwise.
     """
     timeout_s = float(settings.get("TFX_TIMEOUT_S", timeout_s))
+    if settings.get("TFX_ELASTIC_DRIVER"):  # tfx-dist-run --elastic: one session per generation
+        from tfx_dist.parameter_server import elastic
+
+        return elastic.serve_sessions(info, synchronous, timeout_s, dense_variables)
     servers = list(info.ps_addresses)
     labels = [f"worker {w} ({address})" for w, address in enumerate(info.worker_addresses)]
     server = ServiceServer(info.task_index, servers, info.num_workers, timeout_s=timeout_s,

@@ -37,6 +37,7 @@ from tfx_dist.comm.service import ServiceClient
 from tfx_dist.strategies.multi_worker_mirrored import (MultiWorkerMirroredExtended,
                                                        MultiWorkerMirroredStrategy)
 from tfx_dist.parameter_server import _native, server
+from tfx_dist.parameter_server import elastic as ps_elastic
 from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib
 from tfx_dist.strategies import partitioned_embeddings, plain_embeddings
@@ -56,11 +57,16 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
         self._variable_partitioner = variable_partitioner
         plain_embeddings.install()
         servers = list(info.ps_addresses)
-        self._service = ServiceClient(info.rank, servers, info.num_workers,
-                                      timeout_s=kwargs.get("timeout_s"),
-                                      server_labels=[f"ps {s} ({a})" for s, a in enumerate(servers)])
-        self._ps_client = int(_native.lib().tfx_ps_client_create(
-            self._service.handle, len(servers), info.rank))
+        labels = [f"ps {s} ({a})" for s, a in enumerate(servers)]
+        if self._elastic:  # workers come and go: a session of the servers per generation
+            self._service, self._ps_client = ps_elastic.connect_client(servers, kwargs.get("timeout_s"),
+                                                                       labels)
+            ps_elastic.follow_resets(self, servers, kwargs.get("timeout_s"), labels)
+        else:
+            self._service = ServiceClient(info.rank, servers, info.num_workers,
+                                          timeout_s=kwargs.get("timeout_s"), server_labels=labels)
+            self._ps_client = int(_native.lib().tfx_ps_client_create(
+                self._service.handle, len(servers), info.rank))
         self._mode = mode
         self._tables: list[RemoteTable] = []
         self._table_ids = itertools.count()  # embedding and dense tables, in creation order
@@ -104,11 +110,15 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
         gradients: a table's rows are summed by the servers, not the workers.
         """
         tables, rest_grads, rest_vars = table_gradients.split_table_gradients(grads, variables)
+        pushed = []
         for table, grad in tables:
             table.set_optimizer(optimizer)
             op = table.push(grad, learning_rate)
+            pushed.append(op)
             if self._step is not None:
                 self._step["pushes"].append(op)
+        if self._elastic:  # the step's all-reduce waits for its pushes (ps_elastic.pushes_first)
+            rest_grads = ps_elastic.pushes_first(rest_grads, pushed)
         if self.dense_placement == "servers":
             rest_grads, rest_vars = self._push_dense_gradients(optimizer, rest_grads, rest_vars,
                                                                learning_rate)
@@ -197,6 +207,12 @@ class ParameterServerExtended(MultiWorkerMirroredExtended, TableHost, tfc.Optimi
         finally:
             self._step = None
 
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        result = super()._batch_reduce_to(reduce_op, value_destination_pairs, options)
+        if self._elastic and self._step is not None:  # the step ends after its all-reduce
+            self._step["pushes"].extend(ps_elastic.tensors_of(result))
+        return result
+
     def step_done(self, after=()):
         """The op that ends this worker's step on the servers (if it pushed anything)."""
         with tf.control_dependencies(list(after)):
@@ -266,7 +282,8 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
                 f"tasks (received jobs {sorted(info.cluster or {})}). Add them, e.g. "
                 "`tfx-dist-run -n 2 --ps 2 ...`, or use tfx_dist.MultiWorkerMirroredStrategy.")
         if info.task_type == "ps":
-            sys.exit(server.serve(info, synchronous=mode == "sync", timeout_s=timeout_s))
+            sys.exit(server.serve(info, synchronous=mode == "sync", timeout_s=timeout_s,
+                                  dense_variables=dense_variables))
         tf.distribute.Strategy.__init__(self, ParameterServerExtended(
             self, info, mode, dense_placement=dense_variables, cluster_resolver=cluster_resolver,
             devices=devices, timeout_s=timeout_s, variable_partitioner=variable_partitioner))

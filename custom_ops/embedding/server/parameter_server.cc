@@ -99,6 +99,7 @@ Status ParameterServer::Handle(int worker, uint16_t kind, const char* payload, s
     case kRestore: st = Restore(worker, payload, len); break;
     case kSetOptimizer: st = SetOptimizer(worker, payload, len); break;
     case kAssign: st = Assign(worker, payload, len); break;
+    case kSession: st = Session(worker, payload, len, reply); break;
     default:
       st = InvalidArgument("unknown request kind " + std::to_string(kind) + " from worker " +
                            std::to_string(worker));
@@ -154,7 +155,7 @@ Status ParameterServer::WaitForVersion(int64_t version) {
                                                          : "the server is stopping: " + stop_reason_);
     if (applied_.wait_until(lock, deadline) == std::cv_status::timeout && version_ < version) {
       std::string late;
-      for (int w = 0; w < options_.num_workers; ++w)
+      for (int w = 0; w < static_cast<int>(closed_.size()); ++w)
         if (closed_[w] <= version_) late += (late.empty() ? "" : ", ") + std::to_string(w);
       return Status(Code::kDeadlineExceeded,
                     "timed out after " + Seconds(options_.timeout_s) + " waiting for training step " +
@@ -266,6 +267,21 @@ Status ParameterServer::ApplyStep(int64_t step) {
     table->pending.erase(it);
   }
   return Status::Ok();
+}
+
+bool ParameterServer::HasPending() const {
+  for (const auto& [id, table] : tables_)
+    if (!table->pending.empty()) return true;
+  return false;
+}
+
+void ParameterServer::DiscardPending() {
+  for (auto& [id, table] : tables_) {
+    for (auto& [step, p] : table->pending)
+      if (p.sums != nullptr) table->spare = std::move(p.sums);
+    if (table->spare != nullptr) table->spare->Clear();
+    table->pending.clear();
+  }
 }
 
 Status ParameterServer::SetOptimizer(int worker, const char* payload, size_t len) {

@@ -12,6 +12,15 @@
 // request waits for another table's push, so the order in which a worker's
 // pushes arrive cannot deadlock. Asynchronous mode applies each push on
 // arrival and never waits.
+//
+// Sessions (elastic jobs): the server outlives its workers' connections. Each
+// generation of workers is one session (BeginSession, then the service's
+// Serve); the tables and the version carry over, the barrier counts the new
+// session's workers. The step a lost worker left open is resolved when the
+// next session begins: applied whole if any worker ended it (a worker ends a
+// step after the step's all-reduce, which every worker's pushes precede, so
+// every push of it is here), else dropped with its partial pushes. A step is
+// never applied with part of its workers' pushes, nor twice.
 #pragma once
 
 #include <condition_variable>
@@ -33,7 +42,7 @@ namespace tfx::ps {
 struct ParameterServerOptions {
   int server_index = 0;  // this server's shard of every table
   int num_servers = 1;
-  int num_workers = 1;   // the service's clients
+  int num_workers = 1;   // the service's clients (of the first session)
   bool synchronous = true;
   double timeout_s = tfx::comm::defaults::kTimeoutS;
 };
@@ -70,6 +79,13 @@ class ParameterServer {
 
   int64_t version() const;
 
+  // Starts a session of num_workers workers (none of the last one's requests
+  // may still run): resolves the step left open (see the top of this file;
+  // apply_ended false: dropped even when a worker ended it, for workers whose
+  // step ends only once the servers applied it), forgets the last session's
+  // stop. Returns what became of the open step ("" when none was open).
+  std::string BeginSession(int num_workers, bool apply_ended = true);
+
  private:
   struct Table;  // a shard and its pushes of open steps
 
@@ -81,12 +97,16 @@ class ParameterServer {
   tfx::Status Restore(int worker, const char* payload, size_t len);
   tfx::Status SetOptimizer(int worker, const char* payload, size_t len);
   tfx::Status Assign(int worker, const char* payload, size_t len);
+  tfx::Status Session(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
 
   // The table and (if shard) its current shard, or null and why.
   Table* Find(int64_t table_id, tfx::Status* error,
               std::shared_ptr<embedding::TableShard>* shard) const;
   // Applies every table's pushes of `step` (mu_ held).
   tfx::Status ApplyStep(int64_t step);
+  // Whether a table holds pushes of an open step; drops them all (mu_ held, both).
+  bool HasPending() const;
+  void DiscardPending();
   tfx::Status WaitForVersion(int64_t version);
   std::string Who(int worker) const { return "worker " + std::to_string(worker); }
 
@@ -94,7 +114,7 @@ class ParameterServer {
   mutable std::mutex mu_;
   std::condition_variable applied_;
   std::map<int64_t, std::unique_ptr<Table>> tables_;  // guarded by mu_ (the map, not the shards)
-  std::vector<int64_t> closed_;  // steps each worker has closed; guarded by mu_
+  std::vector<int64_t> closed_;  // steps each worker of this session has closed; guarded by mu_
   int64_t version_ = 0;          // steps applied; guarded by mu_
   tfx::Status failed_;          // an apply that failed poisons later steps; guarded by mu_
   bool stopping_ = false;        // guarded by mu_

@@ -14,6 +14,7 @@ const char* KindName(uint16_t kind) {
     case kRestore: return "RESTORE";
     case kSetOptimizer: return "SET_OPTIMIZER";
     case kAssign: return "ASSIGN";
+    case kSession: return "SESSION";
   }
   return "an unknown request";
 }

@@ -39,6 +39,9 @@
 //                 (the next chunks of one assignment): added to the rows kept.
 //                 Values sent over the connection, no file: the workers and
 //                 servers need not share a file system.
+//   SESSION       generation i64 -> version i64: the steps the server has
+//                 applied. A worker of a new session (elastic jobs) asks it
+//                 first: its next step is that one, on every server.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +61,7 @@ enum Kind : uint16_t {
   kRestore = 6,
   kSetOptimizer = 7,
   kAssign = 8,
+  kSession = 9,
 };
 const char* KindName(uint16_t kind);
 

@@ -21,6 +21,14 @@ std::mutex g_mu;
 std::map<int64_t, std::shared_ptr<tfx::ps::PsClient>> g_clients;
 int64_t g_next_id = 1;
 
+std::map<int64_t, std::shared_ptr<tfx::ps::ParameterServer>> g_servers;
+
+std::shared_ptr<tfx::ps::ParameterServer> FindServer(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_servers.find(id);
+  return it == g_servers.end() ? nullptr : it->second;
+}
+
 std::shared_ptr<tfx::ps::PsClient> Find(int64_t id) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_clients.find(id);
@@ -78,6 +86,51 @@ int32_t tfx_ps_serve(int64_t service_server, int32_t server_index, int32_t num_s
   return rc;
 }
 
+int64_t tfx_ps_server_create(int32_t server_index, int32_t num_servers, int32_t synchronous, double timeout_s) {
+  tfx::ps::ParameterServerOptions options;
+  options.server_index = server_index;
+  options.num_servers = num_servers;
+  options.num_workers = 0;
+  options.synchronous = synchronous != 0;
+  options.timeout_s = timeout_s;
+  auto server = std::make_shared<tfx::ps::ParameterServer>(options);
+  std::lock_guard<std::mutex> lock(g_mu);
+  const int64_t id = g_next_id++;
+  g_servers[id] = std::move(server);
+  return id;
+}
+
+int32_t tfx_ps_server_begin(int64_t id, int32_t num_workers, int32_t apply_ended, char* note, int32_t note_len) {
+  auto server = FindServer(id);
+  if (!server || num_workers < 1) return static_cast<int32_t>(Code::kInvalidArgument);
+  const std::string what = server->BeginSession(num_workers, apply_ended != 0);
+  if (note != nullptr && note_len > 0) {
+    std::strncpy(note, what.c_str(), static_cast<size_t>(note_len) - 1);
+    note[note_len - 1] = '\0';
+  }
+  return 0;
+}
+
+int32_t tfx_ps_server_serve(int64_t id, int64_t service_server, char* err, int32_t err_len) {
+  auto server = FindServer(id);
+  if (!server) return ReportToC(Status(Code::kInvalidArgument, "no parameter server with id " + std::to_string(id)),
+                                err, err_len);
+  const int32_t rc = tfx_service_server_serve(service_server, &HandleRequest, server.get(), &WorkerLost,
+                                              server.get(), err, err_len);
+  server->Stop();
+  return rc;
+}
+
+int64_t tfx_ps_server_version(int64_t id) {
+  auto server = FindServer(id);
+  return server ? server->version() : -1;
+}
+
+int32_t tfx_ps_server_destroy(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_servers.erase(id) ? 0 : static_cast<int32_t>(Code::kInvalidArgument);
+}
+
 int64_t tfx_ps_client_create(int64_t service_client, int32_t num_servers, int32_t worker) {
   auto client = std::make_shared<tfx::ps::PsClient>(service_client, num_servers, worker);
   std::lock_guard<std::mutex> lock(g_mu);
@@ -89,6 +142,13 @@ int64_t tfx_ps_client_create(int64_t service_client, int32_t num_servers, int32_
 int32_t tfx_ps_client_destroy(int64_t id) {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_clients.erase(id) ? 0 : static_cast<int32_t>(Code::kInvalidArgument);
+}
+
+int32_t tfx_ps_client_rejoin(int64_t id, int64_t service_client, int32_t worker, int64_t generation, char* err,
+                             int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->Rejoin(service_client, worker, generation), err, err_len);
 }
 
 int32_t tfx_ps_create_table(int64_t id, const tfx_emb_table_config* config, char* err, int32_t err_len) {

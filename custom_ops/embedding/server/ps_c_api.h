@@ -28,10 +28,27 @@ TFX_PS_API int32_t tfx_ps_serve(int64_t service_server, int32_t server_index, in
                                 int32_t num_workers, int32_t synchronous, double timeout_s, char* err,
                                 int32_t err_len);
 
+/* A parameter server that outlives its workers' connections (elastic jobs): one session per
+ * generation of workers, the tables and steps carried over. create returns an id > 0; begin
+ * starts a session of num_workers (note: what became of the step the last session left open,
+ * "" if none; apply_ended: apply it whole when a worker ended it, else drop it); serve serves it until its workers are gone (returns 0 when every one said
+ * goodbye, else the code of the first loss: err names the worker). */
+TFX_PS_API int64_t tfx_ps_server_create(int32_t server_index, int32_t num_servers, int32_t synchronous,
+                                        double timeout_s);
+TFX_PS_API int32_t tfx_ps_server_begin(int64_t id, int32_t num_workers, int32_t apply_ended, char* note,
+                                       int32_t note_len);
+TFX_PS_API int32_t tfx_ps_server_serve(int64_t id, int64_t service_server, char* err, int32_t err_len);
+TFX_PS_API int64_t tfx_ps_server_version(int64_t id);
+TFX_PS_API int32_t tfx_ps_server_destroy(int64_t id);
+
 /* A worker's client over a tfx_service client id connected to every server
  * in server order (not owned). Returns an id > 0. */
 TFX_PS_API int64_t tfx_ps_client_create(int64_t service_client, int32_t num_servers, int32_t worker);
 TFX_PS_API int32_t tfx_ps_client_destroy(int64_t id);
+/* The client joins a new session of the servers (elastic jobs) as `worker` over service_client;
+ * its next step becomes the servers'. */
+TFX_PS_API int32_t tfx_ps_client_rejoin(int64_t id, int64_t service_client, int32_t worker, int64_t generation,
+                                        char* err, int32_t err_len);
 TFX_PS_API int32_t tfx_ps_create_table(int64_t id, const tfx_emb_table_config* config, char* err,
                                        int32_t err_len);
 /* Lays the table's slots out for optimizer (sent when the model's optimizer

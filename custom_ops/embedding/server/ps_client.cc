@@ -171,6 +171,32 @@ Status PsClient::StepDone() {
   return Status::Ok();
 }
 
+Status PsClient::Rejoin(int64_t service_client, int worker, int64_t generation) {
+  service_client_.store(service_client);
+  worker_.store(worker);
+  Writer w;
+  w.Put(generation);
+  std::vector<std::vector<char>> replies;
+  TFX_RETURN_IF_ERROR(CallAll(kSession, std::vector<std::string>(num_servers_, w.bytes()), &replies));
+  int64_t version = -1;
+  for (int s = 0; s < num_servers_; ++s) {
+    int64_t v;
+    if (replies[s].size() != sizeof(v))
+      return Status(Code::kInternal, "worker " + std::to_string(worker) + ": parameter server " + std::to_string(s) +
+                                         " answered SESSION with " + std::to_string(replies[s].size()) + " bytes");
+    std::memcpy(&v, replies[s].data(), sizeof(v));
+    if (version >= 0 && v != version)
+      return Status(Code::kInternal, "worker " + std::to_string(worker) + ": the parameter servers disagree on the "
+                                         "steps applied (" + std::to_string(version) + " and " + std::to_string(v) +
+                                         ", server " + std::to_string(s) + ") at generation " +
+                                         std::to_string(generation));
+    version = v;
+  }
+  steps_.store(version);
+  pushed_.store(false);
+  return Status::Ok();
+}
+
 Status PsClient::Save(int64_t table_id, const std::string& prefix, int64_t* applies) {
   std::vector<std::string> payloads(num_servers_);
   for (int s = 0; s < num_servers_; ++s) {

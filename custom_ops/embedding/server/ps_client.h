@@ -47,6 +47,10 @@ class PsClient {
   tfx::Status Assign(int64_t table_id, const int64_t* ids, int64_t n, const float* values,
                            int64_t applies, int64_t max_chunk_bytes);
 
+  // A new session (elastic jobs): this worker is `worker` of the servers' clients over
+  // service_client (not owned) from now on, and its next step is the servers' (SESSION).
+  tfx::Status Rejoin(int64_t service_client, int worker, int64_t generation);
+
   int64_t steps() const { return steps_.load(); }
   int num_servers() const { return num_servers_; }
 
@@ -71,9 +75,9 @@ class PsClient {
   tfx::Status Route(int64_t table_id, const int64_t* ids, int64_t n, TableInfo* info,
                           std::vector<std::vector<int64_t>>* positions);
 
-  const int64_t service_client_;
+  std::atomic<int64_t> service_client_;  // replaced by Rejoin, between steps
   const int num_servers_;
-  const int worker_;
+  std::atomic<int> worker_;
   std::atomic<int64_t> steps_{0};      // steps this worker has closed
   std::atomic<bool> pushed_{false};    // pushed since the last StepDone
   std::mutex mu_;
