@@ -25,6 +25,8 @@ objects. A TensorFlow upgrade touches this package only:
   ``CallbackList``; installed once by the multi-worker strategy).
 * `function_cache`: drops a live ``tf.function``'s traces (its private cache), so
   that it traces again after an elastic reset.
+* `keras_scopes`: whether Keras is creating a layer's weight (its private
+  name-scope stack), for the averaged moving statistics of the strategies.
 
 Callers import the package (``from tfx_dist import _tf_compat as tfc``) and
 use the names below.

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfx_dist._tf_compat import keras_scopes
+
 
 def averaged(kwargs: dict) -> dict:
     """``tf.Variable`` arguments, with aggregation MEAN for non-trainable float state of
@@ -33,7 +35,7 @@ def averaged(kwargs: dict) -> dict:
     if kwargs.get("synchronization") not in (None, tf.VariableSynchronization.AUTO,
                                              tf.VariableSynchronization.ON_WRITE):
         return kwargs
-    if not _created_by_layer():
+    if not keras_scopes.creating_layer_weight():
         return kwargs
     dtype = kwargs.get("dtype")
     if dtype is None:
@@ -42,15 +44,3 @@ def averaged(kwargs: dict) -> dict:
     if dtype is None or not tf.as_dtype(dtype).is_floating:
         return kwargs
     return {**kwargs, "aggregation": tf.VariableAggregation.MEAN}
-
-
-def _created_by_layer() -> bool:
-    """Whether Keras is creating a variable of a layer (``Layer.add_weight`` opens a name scope
-    whose caller is the layer; ``Optimizer.add_variable`` one whose caller is the optimizer)."""
-    try:
-        import keras
-        from keras.src.backend.common import global_state
-    except ImportError:  # another Keras layout: leave every variable as Keras made it
-        return False
-    stack = global_state.get_global_attribute("name_scope_stack") or []
-    return bool(stack) and isinstance(getattr(stack[-1], "caller", None), keras.layers.Layer)
