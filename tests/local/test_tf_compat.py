@@ -63,6 +63,18 @@ def test_version_keys_compare_numbers():
     assert not versions.tensorflow_at_least(f"{running[0]}.{running[1] + 1}")
 
 
+def test_the_trainer_whose_methods_are_replaced_is_the_one_models_use():
+    # Keras 3.16 renamed TensorFlowTrainer to Trainer: the replacements must land on the class
+    # keras.Model's fit comes from, under either name.
+    import keras
+    from tfx_dist._tf_compat.keras_trainer import tensorflow_trainer_class
+
+    trainer = tensorflow_trainer_class()
+    assert issubclass(keras.Model, trainer)
+    assert keras.Model.fit is trainer.fit
+    assert keras.Model._maybe_symbolic_build is trainer._maybe_symbolic_build
+
+
 def test_patches_install_once():
     from tfx_dist._tf_compat import patches
 

@@ -42,6 +42,13 @@ def tensorflow_at_least(minor: str) -> bool:
     return _numbers(tf.__version__) >= _numbers(minor)
 
 
+def keras_at_least(minor: str) -> bool:
+    """Whether the running Keras is ``minor`` ("3.16") or newer (its dev builds included)."""
+    import keras
+
+    return _numbers(keras.__version__) >= _numbers(minor)
+
+
 def check_versions(tensorflow_version: str | None = None,
                    keras_version: str | None = None) -> None:
     """Raises unless TensorFlow (and Keras, if installed) are supported minor versions.
