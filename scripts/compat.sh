@@ -45,7 +45,7 @@ install_env() {
     rm -rf "$VENV"
     nice "$PYTHON" -m venv "$VENV"
     # Keras is left to pip: the newest Keras 3 this TensorFlow accepts.
-    nice "$VENV/bin/pip" install -q --disable-pip-version-check "${REQUIREMENT[@]}" pytest scikit-learn wheel
+    bash scripts/venv_install.sh "$VENV" "${REQUIREMENT[@]}" pytest scikit-learn wheel
     touch "$VENV/.complete"
 }
 
