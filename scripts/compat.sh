@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-MINOR=${1:?usage: scripts/compat.sh MINOR [smoke|full|none]  (MINOR: 2.17 ... 2.21, or nightly)}
+MINOR=${1:?usage: scripts/compat.sh MINOR [smoke|full|none]  (MINOR: 2.16 ... 2.21, or nightly)}
 SET=${2:-smoke}
 VENVS=${TFX_COMPAT_VENVS:-$ROOT/build/compat/venvs}
 VENV=$VENVS/tf$MINOR
