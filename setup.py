@@ -72,7 +72,7 @@ class BuildWithOps(build_py):
         except ImportError:
             sys.exit("tfx_dist builds its ops against the installed TensorFlow, and none was "
                      "found. Install it first (`pip install tensorflow-cpu==2.21.0`, or another "
-                     "of 2.17 to 2.21), then `pip install --no-build-isolation .`")
+                     "of 2.16 to 2.21), then `pip install --no-build-isolation .`")
         if not _prebuilt_for_this_tensorflow():
             for path in build_ops.build_all():
                 print("built", path)

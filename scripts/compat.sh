@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-MINOR=${1:?usage: scripts/compat.sh MINOR [smoke|full|none]  (MINOR: 2.17 ... 2.21, or nightly)}
+MINOR=${1:?usage: scripts/compat.sh MINOR [smoke|full|none]  (MINOR: 2.16 ... 2.21, or nightly)}
 SET=${2:-smoke}
 VENVS=${TFX_COMPAT_VENVS:-$ROOT/build/compat/venvs}
 VENV=$VENVS/tf$MINOR
@@ -45,7 +45,7 @@ install_env() {
     rm -rf "$VENV"
     nice "$PYTHON" -m venv "$VENV"
     # Keras is left to pip: the newest Keras 3 this TensorFlow accepts.
-    nice "$VENV/bin/pip" install -q --disable-pip-version-check "${REQUIREMENT[@]}" pytest scikit-learn wheel
+    bash scripts/venv_install.sh "$VENV" "${REQUIREMENT[@]}" pytest scikit-learn wheel
     touch "$VENV/.complete"
 }
 

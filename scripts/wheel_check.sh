@@ -25,7 +25,7 @@ else
     start=$(date +%s)
     log "fresh venv: $(basename "$WHEEL")[cpu]"
     nice python3 -m venv "$CHECK/venv"
-    nice "$CHECK/venv/bin/pip" install -q --disable-pip-version-check "$WHEEL[cpu]" pytest scikit-learn
+    bash scripts/venv_install.sh "$CHECK/venv" "$WHEEL[cpu]" pytest scikit-learn
     echo "wheel-install $(( $(date +%s) - start )) 0" >> "$COSTS"
 fi
 

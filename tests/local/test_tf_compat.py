@@ -22,7 +22,7 @@ def test_running_versions_are_supported():
 
 @pytest.mark.parametrize("tensorflow_version,keras_version,named", [
     ("2.22.0", "3.15.1", "TensorFlow 2.22.0"),
-    ("2.16.2", None, "TensorFlow 2.16.2"),
+    ("2.15.1", None, "TensorFlow 2.15.1"),
     ("3.0.0rc1", None, "TensorFlow 3.0.0rc1"),
     ("2.21.0", "3.16.0", "Keras 3.16.0"),
 ])
@@ -39,8 +39,8 @@ def test_another_version_is_a_clear_error(tensorflow_version, keras_version, nam
 
 
 def test_the_supported_range_is_named():
-    with pytest.raises(tfx_dist.UnsupportedTensorFlowError, match="supports TensorFlow 2.17 to 2.21"):
-        tfc.check_versions(tensorflow_version="2.16.1", keras_version="3.15.1")
+    with pytest.raises(tfx_dist.UnsupportedTensorFlowError, match="supports TensorFlow 2.16 to 2.21"):
+        tfc.check_versions(tensorflow_version="2.15.1", keras_version="3.15.1")
 
 
 def test_untested_versions_only_warn_when_allowed(monkeypatch):
@@ -58,9 +58,21 @@ def test_version_keys_compare_numbers():
     from tfx_dist._tf_compat import versions
 
     running = versions._numbers(tf.__version__)
-    assert versions.tensorflow_at_least("2.9") and versions.tensorflow_at_least("2.17")
+    assert versions.tensorflow_at_least("2.9") and versions.tensorflow_at_least("2.16")
     assert versions.tensorflow_at_least(f"{running[0]}.{running[1]}")
     assert not versions.tensorflow_at_least(f"{running[0]}.{running[1] + 1}")
+
+
+def test_the_trainer_whose_methods_are_replaced_is_the_one_models_use():
+    # Keras 3.16 renamed TensorFlowTrainer to Trainer: the replacements must land on the class
+    # keras.Model's fit comes from, under either name.
+    import keras
+    from tfx_dist._tf_compat.keras_trainer import tensorflow_trainer_class
+
+    trainer = tensorflow_trainer_class()
+    assert issubclass(keras.Model, trainer)
+    assert keras.Model.fit is trainer.fit
+    assert keras.Model._maybe_symbolic_build is trainer._maybe_symbolic_build
 
 
 def test_patches_install_once():

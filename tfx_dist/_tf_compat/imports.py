@@ -1,7 +1,7 @@
 """Every private TensorFlow import of tfx_dist, in one place.
 
 tf.distribute has no public API for new strategies: they subclass its classes
-and reuse its helpers. Supported and tested: TensorFlow 2.17 to 2.21 (`versions`,
+and reuse its helpers. Supported and tested: TensorFlow 2.16 to 2.21 (`versions`,
 docs/compatibility.md), where these names are the same. A TensorFlow upgrade that moves these names
 touches this file only.
 """

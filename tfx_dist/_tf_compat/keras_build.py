@@ -1,7 +1,7 @@
 """Keras's model build from the first batch: from the first replica's values, not their mean.
 
 Replaces Keras's ``TensorFlowTrainer._maybe_symbolic_build``
-(``keras.src.backend.tensorflow.trainer``), which averages the first batch's
+(``keras.src.backend.tensorflow.trainer``; ``Trainer`` from Keras 3.16), which averages the first batch's
 per-replica values element-wise (``strategy.reduce("MEAN", batch,
 axis=None)``) only to learn shapes and dtypes; that fails when a global batch
 splits unevenly (3/3/3/1 rows). For the strategy classes registered with
@@ -15,6 +15,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfx_dist._tf_compat import replacements
+from tfx_dist._tf_compat.keras_trainer import tensorflow_trainer_class
 
 _first_replica_build_classes: set[type] = set()
 
@@ -35,9 +36,7 @@ def building_symbolically() -> bool:
 
 
 def install() -> None:
-    from keras.src.backend.tensorflow import trainer  # pylint: disable=import-outside-toplevel
-
-    keras_trainer = trainer.TensorFlowTrainer
+    keras_trainer = tensorflow_trainer_class()
     maybe_symbolic_build = keras_trainer._maybe_symbolic_build  # pylint: disable=protected-access
 
     def build_from_first_replica_values(self, iterator=None, data_batch=None):

@@ -1,6 +1,6 @@
 """Keras's fit / evaluate / predict labelled as calls, so that collectives never pair across calls.
 
-Wraps ``keras.src.backend.tensorflow.trainer.TensorFlowTrainer.fit``,
+Wraps ``keras.src.backend.tensorflow.trainer.TensorFlowTrainer.fit`` (``Trainer`` from Keras 3.16),
 ``evaluate`` and ``predict`` (private: Keras 3's TensorFlow trainer, tested
 with Keras 3.15): a call of a model whose strategy was registered here (a
 multi-worker tfx_dist strategy) runs inside ``tfx_dist.comm.calls.call``,
@@ -14,7 +14,7 @@ import functools
 import threading
 import weakref
 
-from keras.src.backend.tensorflow import trainer as _trainer
+from tfx_dist._tf_compat.keras_trainer import tensorflow_trainer_class
 
 _KINDS = {"fit": "fit", "evaluate": "evaluate", "predict": "predict"}
 _lock = threading.Lock()
@@ -43,8 +43,9 @@ def install(strategy) -> None:
         _strategies.add(strategy)
         if _installed:
             return
+        trainer = tensorflow_trainer_class()
         for name, kind in _KINDS.items():
-            method = getattr(_trainer.TensorFlowTrainer, name)
+            method = getattr(trainer, name)
             if not getattr(method, "_tfx_labelled", False):
-                setattr(_trainer.TensorFlowTrainer, name, _labelled(method, kind))
+                setattr(trainer, name, _labelled(method, kind))
         _installed = True

@@ -12,10 +12,9 @@ import warnings
 
 from tfx_dist._ops import UnsupportedTensorFlowError
 
-# Minor versions (major.minor) that tfx_dist is tested with, oldest first (docs/compatibility.md
-# says why 2.16, the first with Keras 3, is not among them).
-SUPPORTED_TENSORFLOW = ("2.17", "2.18", "2.19", "2.20", "2.21")
-# The Keras 3 minor each of them resolves to from pip (`pip install tensorflow-cpu==2.17.*` gives
+# Minor versions (major.minor) that tfx_dist is tested with, oldest first (2.16: the first with Keras 3).
+SUPPORTED_TENSORFLOW = ("2.16", "2.17", "2.18", "2.19", "2.20", "2.21")
+# The Keras 3 minor each of them resolves to from pip (`pip install tensorflow-cpu==2.16.*` gives
 # the newest Keras 3, which accepts every TensorFlow above).
 SUPPORTED_KERAS = ("3.15",)
 
@@ -30,7 +29,7 @@ def _numbers(version: str) -> tuple[int, int]:
 
 
 def supported_range(versions: tuple[str, ...]) -> str:
-    """'2.17 to 2.21' (or the one version)."""
+    """'2.16 to 2.21' (or the one version)."""
     return versions[0] if len(versions) == 1 else f"{versions[0]} to {versions[-1]}"
 
 
@@ -42,6 +41,13 @@ def tensorflow_at_least(minor: str) -> bool:
     return _numbers(tf.__version__) >= _numbers(minor)
 
 
+def keras_at_least(minor: str) -> bool:
+    """Whether the running Keras is ``minor`` ("3.16") or newer (its dev builds included)."""
+    import keras
+
+    return _numbers(keras.__version__) >= _numbers(minor)
+
+
 def check_versions(tensorflow_version: str | None = None,
                    keras_version: str | None = None) -> None:
     """Raises unless TensorFlow (and Keras, if installed) are supported minor versions.
@@ -51,7 +57,7 @@ def check_versions(tensorflow_version: str | None = None,
 
     Example:
     ```python
-    check_versions()                               # the running versions: passes on 2.17-2.21
+    check_versions()                               # the running versions: passes on 2.16-2.21
     check_versions(tensorflow_version="2.22.0")    # raises UnsupportedTensorFlowError
     ```
 
