@@ -48,13 +48,17 @@ def main(start: float) -> None:
     fit_s = time.monotonic() - fit_start
     comm = strategy.extended._transport.communicator  # the tfx_dist.comm.Communicator
     weights = np.concatenate([np.asarray(w, np.float32).ravel() for w in model.get_weights()])
-    print("RESULT " + json.dumps({
+    result = json.dumps({
         "rank": info.rank,
         "digest": hashlib.sha256(weights.tobytes()).hexdigest(),
         "transports": [comm.transport(p) for p in range(info.num_workers)],
         "loss": history.history["loss"],
         "fit_s": fit_s,
-    }), flush=True)
+    })
+    # One write, newline included: unbuffered, print() writes the text and its newline apart, and
+    # mpirun, merging the ranks' output, can put the other rank's line between them.
+    sys.stdout.write(f"RESULT {result}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
