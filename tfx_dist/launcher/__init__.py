@@ -60,7 +60,8 @@ All workers are ``worker`` tasks (no chief, ps or evaluator): rank 0,
 
 The package, one job per module: ``arguments`` (the command line), ``ports``,
 ``cpus`` (CPU shares), ``environment`` (each task's TF_CONFIG and secret),
-``workers`` (start and stop the processes), ``relay`` and ``console`` (the
+``workers`` (start and stop the processes), ``parent_death`` (every process
+started dies with the launcher, one way for all), ``relay`` and ``console`` (the
 output), ``supervisor`` (failure, timeout, signals: how one run ended),
 ``restarts`` (whether and how the job runs again), ``status`` (exit statuses
 and the launcher's messages), ``launch`` (``main``: all of it in order).

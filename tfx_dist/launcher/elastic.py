@@ -45,6 +45,7 @@ from tfx_dist.cluster import join_address, make_tf_config
 from tfx_dist.launcher.console import Console
 from tfx_dist.launcher.elastic_driver import Driver
 from tfx_dist.launcher.elastic_hosts import HostDiscovery
+from tfx_dist.launcher.parent_death import check_startable, dying_with_parent
 from tfx_dist.launcher.ports import pick_ports
 from tfx_dist.launcher.relay import Relay
 from tfx_dist.launcher.status import EXIT_CANNOT_START, EXIT_TIMEOUT, LaunchError, describe_exit, say
@@ -53,33 +54,13 @@ MAX_REPLACEMENTS_PER_SLOT = 3
 _POLL_S = 0.05
 
 
-# Runs first in each process the elastic launcher starts: sets the parent-death signal, then
-# becomes the command. The launcher has threads (the driver, the relays), so it cannot run code
-# between fork and exec (preexec_fn); the signal survives the exec. It is sent when the thread
-# that started the process ends: the launcher's main thread, which lives as long as the job.
-_DIE_WITH_LAUNCHER = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(128 + signal.SIGKILL)  # the launcher died before the signal was set\n"
-    "try:\n"
-    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
-    "except OSError as e:\n"
-    "    sys.exit(f'tfx-dist-run: could not start {sys.argv[2]!r}: {e}')\n")
-
-
-def _dying_with_launcher(command: Sequence[str]) -> List[str]:
-    if not sys.platform.startswith("linux"):
-        return list(command)
-    return [sys.executable, "-c", _DIE_WITH_LAUNCHER, str(os.getpid()), *command]
-
-
 class _Worker:
     """One worker process and its two relays."""
 
     def __init__(self, name: str, command: Sequence[str], env: dict, console: Console, hide: bool):
         self.name = name
-        self.proc = subprocess.Popen(_dying_with_launcher(command), env=env, stdin=subprocess.DEVNULL,
+        check_startable(command, env)
+        self.proc = subprocess.Popen(dying_with_parent(command), env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True)
         prefix = f"[{name}] ".encode()
@@ -139,7 +120,7 @@ class ElasticJob:
         try:
             return _Worker(name, self.command, env, self.console, hide=hide)
         except OSError as e:
-            raise LaunchError(f"could not start {self.command[0]!r}: {e}") from None
+            raise LaunchError(f"could not start {self.command[0]!r}: {e}") from None  # e.g. EMFILE
 
     def start_worker(self) -> str:
         name = f"w{self.started}"

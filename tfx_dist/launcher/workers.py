@@ -6,29 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from typing import List, Optional, Sequence
 
 from tfx_dist.launcher.console import Console
+from tfx_dist.launcher.parent_death import check_startable, dying_with_parent
 from tfx_dist.launcher.relay import Relay
 from tfx_dist.launcher.status import LaunchError, say
-
-
-def _set_parent_death_signal():
-    """In the child, before exec: die when the launcher dies, even by SIGKILL (Linux only)."""
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _child_setup(cpus: Optional[Sequence[int]]):
-    """What a worker runs between fork and exec."""
-    def setup():
-        _set_parent_death_signal()
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-    return setup
 
 
 class Workers:
@@ -42,26 +26,18 @@ class Workers:
         self.relays: List[Relay] = []
         self.labels = list(labels) if labels else [str(rank) for rank in range(len(envs))]
         width = max(len(label) for label in self.labels)
-        # Code between fork and exec (the parent-death signal, the CPU binding)
-        # is only safe while this process has one thread; else the binding is
-        # applied as soon as the worker has started (threads it starts at once
-        # may escape it).
-        in_child = sys.platform.startswith("linux") and threading.active_count() == 1
+        # Each worker starts bound to its CPUs and dies with the launcher (``parent_death``).
         try:
             for rank, env in enumerate(envs):
+                check_startable(command, env)
                 cpus = cpu_sets[rank] if cpu_sets else None
                 self.procs.append(subprocess.Popen(
-                    list(command), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, start_new_session=True,
-                    preexec_fn=_child_setup(cpus) if in_child else None))
-                if cpus and not in_child:
-                    try:
-                        os.sched_setaffinity(self.procs[-1].pid, cpus)
-                    except ProcessLookupError:  # already gone: its exit code tells
-                        pass
-        except OSError as e:
+                    dying_with_parent(command, cpus), env=env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
+        except (OSError, LaunchError) as e:
             self.stop(grace=0)
-            raise LaunchError(f"could not start {command[0]!r}: {e}") from None
+            raise LaunchError(f"could not start {command[0]!r}: {e}" if isinstance(e, OSError)
+                              else str(e)) from None
         stdout = getattr(sys.stdout, "buffer", sys.stdout)
         stderr = getattr(sys.stderr, "buffer", sys.stderr)
         for rank, proc in enumerate(self.procs):
