@@ -382,13 +382,23 @@ def test_the_launcher_loads_no_tensorflow():
     assert result.returncode == 0, result.stderr
 
 
+# The launcher run from a program that has a thread of its own: no code may run between fork and
+# exec there, and the workers must still die with it.
+IN_A_THREADED_PROGRAM = ("import runpy, sys, threading, time\n"
+                         "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+                         "sys.argv = sys.argv[1:]\n"
+                         "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
-def test_workers_die_with_a_killed_launcher(tmp_path):
+@pytest.mark.parametrize("threaded", [False, True])
+def test_workers_die_with_a_killed_launcher(tmp_path, threaded):
     worker = script(tmp_path, """
         print(f"pid {os.getpid()}", flush=True)
         time.sleep(60)
     """)
-    proc = subprocess.Popen([sys.executable, RUN_PY, "-n", "2", sys.executable, worker],
+    runner = [sys.executable, "-c", IN_A_THREADED_PROGRAM] if threaded else [sys.executable]
+    proc = subprocess.Popen([*runner, RUN_PY, "-n", "2", sys.executable, worker],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     pids = [int(proc.stdout.readline().split()[-1]) for _ in range(2)]
     proc.kill()  # SIGKILL: the launcher can clean nothing up itself
