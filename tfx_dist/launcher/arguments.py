@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import List, Optional, Sequence, Tuple
 
-from tfx_dist.launcher.elastic import check_elastic_arguments, elastic_arguments
+from tfx_dist.launcher.elastic_arguments import check_elastic_arguments, elastic_arguments
 from tfx_dist.launcher.status import LAUNCHER
 
 
@@ -37,9 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="stop all workers and exit 124 after this many seconds (all runs "
                              "of the job together, restarts included)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address the workers listen on and find each other at "
-                             "(default: %(default)s)")
+    parser.add_argument("--host", default=None,
+                        help="address the workers listen on and find each other at (default: "
+                             "127.0.0.1; with --host-discovery-script listing other hosts, this "
+                             "host's address toward them)")
     parser.add_argument("--port-base", type=int, default=None, metavar="PORT",
                         help="use ports PORT..PORT+N-1 (default: free ports picked at random "
                              "below the ephemeral range)")

@@ -10,9 +10,12 @@ it, ``[w3] ...``), the job secret and its own listening address (in
   survivors' collectives fail with ``PeerLostError`` and they reset among
   themselves), and the launcher starts a replacement with a new name, which
   joins at the survivors' next reset (``joined``: rank 0 sends it the state);
-- with ``--host-discovery-script``, the number of workers follows the slots
-  the script prints (Horovod's contract: one ``host:slots`` line per available
-  host), within ``--min-workers`` .. ``--max-workers``;
+- with ``--host-discovery-script``, the workers follow the slots the script
+  prints (Horovod's contract: one ``host:slots`` line per available host),
+  within ``--min-workers`` .. ``--max-workers``: on this host they start here,
+  on the others through the remote shell (``remote_shell``, ``remote_worker``:
+  ssh by default, the secret on its standard input); a worker whose host left
+  the list (or offers fewer slots) is stopped, a lost worker like any other;
 - a member that stays silent while the others reset is dropped by the driver
   and stopped here (SIGKILL), then replaced like a lost worker;
 - fewer workers than ``--min-workers`` (none left to replace them): the job
@@ -36,7 +39,6 @@ import argparse
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -44,105 +46,129 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tfx_dist.cluster import join_address, make_tf_config
 from tfx_dist.launcher.console import Console
 from tfx_dist.launcher.elastic_driver import Driver
-from tfx_dist.launcher.elastic_hosts import HostDiscovery
-from tfx_dist.launcher.parent_death import check_startable, dying_with_parent
+from tfx_dist.launcher.elastic_hosts import HostDiscovery, address_toward, is_this_host
+from tfx_dist.launcher.elastic_processes import JobProcess
 from tfx_dist.launcher.ports import pick_ports
-from tfx_dist.launcher.relay import Relay
+from tfx_dist.launcher.remote_shell import RemoteShell, first_line, starter_command_line
 from tfx_dist.launcher.status import EXIT_CANNOT_START, EXIT_TIMEOUT, LaunchError, describe_exit, say
 
 MAX_REPLACEMENTS_PER_SLOT = 3
 _POLL_S = 0.05
 
 
-class _Worker:
-    """One worker process and its two relays."""
-
-    def __init__(self, name: str, command: Sequence[str], env: dict, console: Console, hide: bool):
-        self.name = name
-        check_startable(command, env)
-        self.proc = subprocess.Popen(dying_with_parent(command), env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
-        prefix = f"[{name}] ".encode()
-        out = getattr(sys.stdout, "buffer", sys.stdout)
-        err = getattr(sys.stderr, "buffer", sys.stderr)
-        self.relays = [Relay(name, self.proc.stdout, out, prefix, console, hide, False),
-                       Relay(name, self.proc.stderr, err, prefix, console, hide, True)]
-        for relay in self.relays:
-            relay.start()
-
-    def kill(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def tail(self) -> List[str]:
-        self.relays[1].join(2.0)
-        return list(self.relays[1].tail or ())
-
-
 class ElasticJob:
-    """The worker processes of an elastic job and the driver that forms its generations."""
+    """The worker processes of an elastic job, the hosts they run on, and the driver that forms its
+    generations."""
 
     def __init__(self, args: argparse.Namespace, command: Sequence[str], restart_count: int = 0):
         self.args, self.command, self.restart_count = args, list(command), restart_count
         self.secret = secrets.token_hex(32)
-        self.driver = Driver(args.host, self.secret.encode(), args.min_workers)
+        self.hosts = HostDiscovery(args.host_discovery_script) if args.host_discovery_script else None
+        self.host = args.host or self._address_toward_the_hosts()
+        self.driver = Driver(self.host, self.secret.encode(), args.min_workers)
+        self.shell = RemoteShell(args.remote_shell, args.ssh_port, args.ssh_identity_file)
         self.console = Console()
-        self.workers: Dict[str, _Worker] = {}
-        self.servers: Dict[str, _Worker] = {}
-        self.addresses: Dict[str, str] = {}  # worker name -> its first listening address
-        self.ps_addresses = [join_address(args.host, p) for p in pick_ports(args.host, args.ps)] \
+        self.workers: Dict[str, JobProcess] = {}
+        self.servers: Dict[str, JobProcess] = {}
+        self.ps_addresses = [join_address(self.host, p) for p in pick_ports(self.host, args.ps)] \
             if args.ps else []
         self.lost: Dict[str, int] = {}   # name -> returncode
         self.finished: List[str] = []
         self.started = 0
-        self.hosts = HostDiscovery(args.host_discovery_script, args.host) \
-            if args.host_discovery_script else None
+        self.stopping: set = set()       # workers stopped here: their host left or offers fewer slots
+
+    def _address_toward_the_hosts(self) -> str:
+        """Without --host: 127.0.0.1, or this host's address toward the first other host the
+        discovery script lists (the driver and this host's workers must be reachable from there)."""
+        for host in self.hosts.hosts():
+            address = None if is_this_host(host, "127.0.0.1") else address_toward(host)
+            if address:
+                say(f"listening at {address}, this host's address toward {host}")
+                return address
+        return "127.0.0.1"
+
+    def slots(self) -> Dict[str, int]:
+        """``{host: slots}`` the workers may use: this host only (--max-workers) without discovery."""
+        if self.hosts is None:
+            return {self.host: self.args.max_workers}
+        return self.hosts.usable(self.host)
 
     def target(self) -> int:
         """How many workers should run: --max-workers, or fewer when discovery offers fewer slots."""
-        if self.hosts is None:
-            return self.args.max_workers
-        return min(self.args.max_workers, self.hosts.local_slots())
+        return min(self.args.max_workers, sum(self.slots().values()))
 
-    def _environment(self, name: str, tf_config: str) -> dict:
+    def _running_on(self) -> Dict[str, List[str]]:
+        running_on: Dict[str, List[str]] = {}
+        for name in self.running():
+            if name not in self.stopping:
+                running_on.setdefault(self.workers[name].host, []).append(name)
+        return running_on
+
+    def _free_host(self) -> Optional[str]:
+        """The first host with a free slot, in the discovery script's order."""
+        running_on = self._running_on()
+        return next((host for host, slots in self.slots().items()
+                     if len(running_on.get(host, ())) < slots), None)
+
+    def stop_surplus(self) -> None:
+        """Stops the newest workers of a host that left the discovery output or offers fewer slots
+        than it runs now: lost workers, which the survivors go on without."""
+        if self.hosts is None:
+            return
+        slots = self.slots()
+        for host, names in self._running_on().items():
+            for name in names[slots.get(host, 0):]:
+                say(f"host {host} " + (f"offers {slots[host]} slot(s) now" if host in slots else
+                                       "is no longer listed by --host-discovery-script")
+                    + f": stopping worker {name} there (a lost worker)")
+                self.stopping.add(name)
+                self.workers[name].kill(signal.SIGKILL)
+
+    def _environment(self, name: str, tf_config: Optional[str]) -> dict:
         env = dict(os.environ)
-        env.update(TF_CONFIG=tf_config, TFX_JOB_SECRET=self.secret, TFX_ELASTIC_DRIVER=self.driver.address,
+        env.update(TFX_JOB_SECRET=self.secret, TFX_ELASTIC_DRIVER=self.driver.address,
                    TFX_ELASTIC_WORKER=name, TFX_RESTART_COUNT=str(self.restart_count))
+        if tf_config is not None:
+            env["TF_CONFIG"] = tf_config
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
         return env
 
-    def _start(self, name: str, env: dict, hide: bool) -> _Worker:
-        try:
-            return _Worker(name, self.command, env, self.console, hide=hide)
-        except OSError as e:
-            raise LaunchError(f"could not start {self.command[0]!r}: {e}") from None  # e.g. EMFILE
-
-    def start_worker(self) -> str:
+    def start_worker(self) -> Optional[str]:
+        """Starts a worker on the first host with a free slot; its name, or None if none is free."""
+        host = self._free_host()
+        if host is None:
+            return None
         name = f"w{self.started}"
         self.started += 1
-        (port,) = pick_ports(self.args.host, 1)
-        address = join_address(self.args.host, port)
-        cluster = {"worker": [address], **({"ps": self.ps_addresses} if self.ps_addresses else {})}
-        self.driver.add_worker(name, address)
-        self.addresses[name] = address
-        self.workers[name] = self._start(name, self._environment(name, make_tf_config(cluster, "worker", 0)),
-                                         hide=not self.args.all_progress and self.started > 1)
+        hide = not self.args.all_progress and self.started > 1
+        others = {"ps": self.ps_addresses} if self.ps_addresses else {}
+        if is_this_host(host, self.host):
+            address = join_address(self.host, pick_ports(self.host, 1)[0])
+            self.driver.add_worker(name, address)
+            env = self._environment(name, make_tf_config({"worker": [address], **others}, "worker", 0))
+            self.workers[name] = JobProcess(name, self.command, env, self.console, hide, host=host)
+        else:  # it picks its port there and tells the driver (remote_worker)
+            self.driver.add_worker(name, None)
+            line = first_line(name, host, self.driver.address, others, self._environment(name, None),
+                              self.command)
+            self.workers[name] = JobProcess(name, self.shell.argv(host, starter_command_line()),
+                                            dict(os.environ), self.console, hide, line, host)
         return name
 
+    def where(self, name: str) -> str:
+        host = self.workers[name].host
+        return "" if host is None or is_this_host(host, self.host) else f" on {host}"
+
     def start_servers(self) -> None:
-        """The parameter servers (``--ps``): each learns the workers of a session from the driver
-        (their TF_CONFIG names the first worker only, as a place holder)."""
-        first = next(iter(self.addresses.values()))
+        """The parameter servers (``--ps``), on this host: each learns the workers of a session from
+        the driver (their TF_CONFIG names the driver's address as a place holder worker)."""
         for index in range(len(self.ps_addresses)):
             name = f"ps{index}"
             self.driver.add_server(name)
-            tf_config = make_tf_config({"worker": [first], "ps": self.ps_addresses}, "ps", index)
-            self.servers[name] = self._start(name, self._environment(name, tf_config), hide=True)
+            cluster = {"worker": [self.driver.address], "ps": self.ps_addresses}
+            env = self._environment(name, make_tf_config(cluster, "ps", index))
+            self.servers[name] = JobProcess(name, self.command, env, self.console, hide=True)
 
     def lost_server(self) -> Optional[str]:
         """The first parameter server that exited while the job runs, or None."""
@@ -225,7 +251,9 @@ def _run_once(args: argparse.Namespace, command: Sequence[str], received: List[i
     except LaunchError as e:
         say(str(e))
         return EXIT_CANNOT_START, None
-    say(f"elastic job: {len(job.workers)} worker(s), between {args.min_workers} and "
+    hosts = sorted({job.workers[name].host for name in job.workers if job.where(name)})
+    say(f"elastic job: {len(job.workers)} worker(s)" + (f" (on {', '.join(hosts)} too)" if hosts else "")
+        + f", between {args.min_workers} and "
         f"{args.max_workers}" + (f", {len(job.servers)} parameter server(s)" if job.servers else "")
         + f"; driver at {job.driver.address}")
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
@@ -259,11 +287,13 @@ def _run_once(args: argparse.Namespace, command: Sequence[str], received: List[i
                     + (f"; its last {len(tail)} stderr line(s):" if tail else ""))
                 sys.stderr.write("".join(f"    {line}\n" for line in tail))
                 return (128 - code if code < 0 else code) or 1, server
+            job.stop_surplus()
             running = len(job.running())
             if not job.finished and running < job.target() and replacements_left > 0:
-                replacements_left -= 1
                 name = job.start_worker()
-                say(f"started worker {name} (it joins at the next reset)")
+                if name is not None:
+                    replacements_left -= 1
+                    say(f"started worker {name}{job.where(name)} (it joins at the next reset)")
             elif running < args.min_workers and not job.finished and replacements_left <= 0:
                 job.driver.stop(f"{running} worker(s) running, below --min-workers "
                                 f"{args.min_workers}, and no replacement left to start")
@@ -281,43 +311,3 @@ def _failure_status(job: ElasticJob) -> int:
         return 1
     code = codes[0]
     return 128 - code if code < 0 else code
-
-
-def elastic_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds --elastic, --max-workers and --host-discovery-script to tfx-dist-run's parser."""
-    parser.add_argument("--elastic", action="store_true",
-                        help="elastic job: a lost worker does not stop the others; they go on among "
-                             "themselves and a replacement joins (between --min-workers and "
-                             "--max-workers workers; see docs/elastic.md)")
-    parser.add_argument("--max-workers", type=int, default=None, metavar="N",
-                        help="with --elastic: at most this many workers (default: -n)")
-    parser.add_argument("--host-discovery-script", default=None, metavar="SCRIPT",
-                        help="with --elastic: a program that prints one 'host:slots' line per "
-                             "available host (Horovod's contract), run every few seconds")
-
-
-def check_elastic_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                            given: Optional[int]) -> None:
-    """The checks of the elastic options (``given``: -n as given, or None)."""
-    if not args.elastic:
-        if args.max_workers is not None or args.host_discovery_script:
-            parser.error("--max-workers and --host-discovery-script need --elastic")
-        if given is None:
-            parser.error("the following arguments are required: -n/--num-workers")
-        return
-    if args.max_workers is None:
-        args.max_workers = given
-    if args.max_workers is None:
-        parser.error("--elastic needs --max-workers or -n")
-    if args.min_workers is None:
-        args.min_workers = 1
-    if given is None:
-        args.num_workers = args.max_workers
-    if not 1 <= args.min_workers <= args.num_workers <= args.max_workers:
-        parser.error(f"--elastic needs 1 <= --min-workers <= -n <= --max-workers; received "
-                     f"{args.min_workers}, {args.num_workers}, {args.max_workers}")
-    if args.ps < 0 or args.max_restarts < 0:
-        parser.error(f"--ps and --max-restarts must be at least 0; received {args.ps}, {args.max_restarts}")
-    if args.max_restarts and not args.ps:
-        parser.error("--elastic takes --max-restarts with --ps only (it restarts the job after a lost "
-                     "parameter server; the elastic job replaces lost workers itself)")

@@ -4,6 +4,9 @@ The launcher (``elastic``) starts and watches the worker processes and tells
 the driver when one is started (:meth:`Driver.add_worker`) or has exited
 (:meth:`Driver.worker_exited`). The workers ask (``elastic_protocol``):
 
+- ``address`` (from ``remote_worker``, before the worker's command starts):
+  the address a worker started on another host listens at, which it picked
+  there (:meth:`Driver.add_worker` without one).
 - ``join``: a worker is ready (TensorFlow loaded, about to connect). Before
   the first generation, it forms once every started worker is ready. Later, a
   worker that asks is a *joiner*: the members see a change pending and it is
@@ -39,7 +42,7 @@ _REQUEST_S = 10.0  # for a request to arrive once connected
 @dataclasses.dataclass
 class _Worker:
     name: str
-    address: str
+    address: Optional[str]  # None until a worker started on another host tells it
     running: bool = True
     ready: bool = False     # asked to join
     asked_after: int = -2   # the generation after which it asked `next` (-2: never)
@@ -87,7 +90,8 @@ class Driver:
 
     # -- the launcher's side --------------------------------------------------------------------
 
-    def add_worker(self, name: str, address: str) -> None:
+    def add_worker(self, name: str, address: Optional[str]) -> None:
+        """A worker started, listening at ``address`` (None: it tells it, ``address``)."""
         with self._cond:
             self._workers[name] = _Worker(name, address)
             self._cond.notify_all()
@@ -218,6 +222,10 @@ class Driver:
             if worker is None:
                 return {"stop": f"the driver started no worker named {name!r}"}
             after = int(request.get("after", -1))
+            if op == "address":
+                if worker.address is None:  # told once, before the worker can join
+                    worker.address = str(request.get("address"))
+                return {"address": worker.address}
             if op == "changed":
                 return {"changed": bool(self.stopped) or self._changed_at >= after}
             if op == "join":
