@@ -6,7 +6,8 @@ through the remote shell (numpy workers: no TensorFlow, a few seconds each).
   and 2. A worker on host 1 is killed mid-run; the survivors keep their processes, a replacement
   starts on host 1 and joins, the job exits 0 and every sum was right.
 - On one machine (127.0.0.2 counts as another host): a remote worker killed and replaced, then
-  the host's slots cut by the discovery script: its newest worker is stopped, a lost worker.
+  the host's slots cut by the discovery script: its newest worker is stopped, a lost worker; and
+  a remote worker dies with a launcher killed by SIGKILL though its remote shell does not.
 
 Both check that each worker runs where it should (its network namespace, its TF_CONFIG) and that
 the job secret is on no process's command line.
@@ -14,7 +15,10 @@ the job secret is on no process's command line.
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -155,3 +159,60 @@ def test_a_host_that_offers_fewer_slots_loses_its_newest_worker(tmp_path):
     assert_survivors_went_on(done, steps, output, ("w0", "w2"), {
         "w0": [[1, 0, 2, []], [2, 0, 3, [2]], [3, 0, 2, []]],
         "w2": [[1, 1, 2, []], [2, 1, 3, [2]], [3, 1, 2, []]]})
+
+
+def test_a_remote_worker_dies_with_a_killed_launcher(tmp_path):
+    # A remote shell that, like ssh, neither dies with the launcher nor passes a signal on; the
+    # worker's output goes to a file (no write to a closed pipe stops it) and it has no peer whose
+    # loss would stop it: it learns of the launcher's death from the end of its input.
+    out = tmp_path / "remote.out"
+    shell = tmp_path / "remote-shell"
+    shell.write_text(f"#!/bin/sh\nexec setsid --wait sh -c \"$2\" > {out}\n")
+    shell.chmod(0o755)
+    script, _ = discovery_script(tmp_path, "127.0.0.2:1\n")
+    env = dict(os.environ, PYTHONPATH=elastic_job.ROOT, ELASTIC_STEPS="100000", ELASTIC_STEP_S="0.1")
+    proc = subprocess.Popen([sys.executable, "-m", "tfx_dist.run", "--elastic", "--max-workers", "1",
+                             "--host-discovery-script", script, "--remote-shell", str(shell),
+                             sys.executable, WORKER], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=env, cwd=elastic_job.ROOT)
+    pid = None
+    try:
+        deadline = time.monotonic() + 60
+        while pid is None and time.monotonic() < deadline:
+            steps = [line for line in out.read_text().splitlines() if line.startswith("STEP")] \
+                if out.exists() else []
+            pid = int(steps[0].split()[2]) if steps else None
+            time.sleep(0.05)
+        assert pid is not None, "the remote worker made no step"
+        proc.kill()  # SIGKILL: the launcher cleans nothing up itself
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(pid)
+    finally:
+        if pid is not None and running(pid):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def running(pid):
+    """True while ``pid`` exists and is no zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_remote_shells_command_line():
+    from tfx_dist.launcher.remote_shell import RemoteShell, forwarded_environment
+    line = "cd /x; exec python3 -m tfx_dist.launcher.remote_worker"
+    assert RemoteShell().argv("node1", line) == ["ssh", "-o", "BatchMode=yes", "node1", line]
+    assert RemoteShell(None, 2222, "/k/id").argv("node1", line) == [
+        "ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "/k/id", "node1", line]
+    assert RemoteShell("ip netns exec {host} sh -c").argv("h1", line) == [
+        "ip", "netns", "exec", "h1", "sh", "-c", line]
+    assert forwarded_environment({"HOME": "/root", "SSH_AUTH_SOCK": "s", "PATH": "/bin",
+                                  "TFX_JOB_SECRET": "k"}) == {"PATH": "/bin", "TFX_JOB_SECRET": "k"}
