@@ -58,7 +58,10 @@ def start(settings: dict) -> subprocess.Popen:
     env = dict(os.environ)
     env.update(settings["env"])
     host, name = settings["host"], settings["name"]
-    address = join_address(host, pick_ports(host, 1)[0])
+    try:
+        address = join_address(host, pick_ports(host, 1)[0])
+    except (LaunchError, OSError) as e:  # also: ``host`` names no address of this machine
+        raise LaunchError(f"worker {name} cannot listen at {host} on this host: {e}") from None
     try:
         answer = ask(settings["driver"], env["TFX_JOB_SECRET"].encode(),
                      {"op": "address", "worker": name, "address": address}, _ASK_S)
