@@ -346,6 +346,9 @@ def test_ctrl_c_stops_all_workers(tmp_path):
     (["-n", "2", "--min-workers", "3", "--max-restarts", "1", "true"], "--min-workers must be in 1..2"),
     (["-n", "2", "--min-workers", "1", "true"], "--min-workers below -n needs --max-restarts"),
     (["-n", "2", "--slot-failures", "0", "true"], "--slot-failures must be at least 1"),
+    (["--elastic", "-n", "2", "--host", "0.0.0.0", "true"], "not every interface (0.0.0.0)"),
+    (["--elastic", "-n", "2", "--ssh-port", "22", "true"], "need --host-discovery-script"),
+    (["-n", "2", "--remote-shell", "rsh", "true"], "--remote-shell need --elastic"),
 ])
 def test_bad_arguments(args, message):
     result, _ = launch(*args)

@@ -33,8 +33,8 @@ def check_elastic_arguments(parser: argparse.ArgumentParser, args: argparse.Name
                             given: Optional[int]) -> None:
     """The checks of the elastic options (``given``: -n as given, or None)."""
     if not args.elastic:
-        if args.max_workers is not None or args.host_discovery_script:
-            parser.error("--max-workers and --host-discovery-script need --elastic")
+        if args.max_workers is not None or args.host_discovery_script or args.remote_shell:
+            parser.error("--max-workers, --host-discovery-script and --remote-shell need --elastic")
         args.host = args.host or "127.0.0.1"
         if given is None:
             parser.error("the following arguments are required: -n/--num-workers")
@@ -58,6 +58,9 @@ def check_elastic_arguments(parser: argparse.ArgumentParser, args: argparse.Name
     if args.remote_shell is not None and (args.ssh_port is not None or args.ssh_identity_file):
         parser.error("--ssh-port and --ssh-identity-file go with the default remote shell (ssh), "
                      "not with --remote-shell: put them in its command")
+    if args.host in ("0.0.0.0", "::"):
+        parser.error(f"--elastic needs --host to be an address the workers reach the launcher at, not "
+                     f"every interface ({args.host}): leave it out for the address toward the listed hosts")
     if not args.host_discovery_script:
         args.host = args.host or "127.0.0.1"  # else: the address toward the listed hosts (elastic.py)
     if args.max_restarts and not args.ps:

@@ -71,6 +71,7 @@ def is_this_host(host: str, listen_host: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=None)
 def is_loopback(host: str) -> bool:
     addresses = _addresses(host)
     return bool(addresses) and all(ipaddress.ip_address(a[4][0].split("%")[0]).is_loopback
