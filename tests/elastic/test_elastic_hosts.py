@@ -55,7 +55,7 @@ class Watch:
 
     def __init__(self):
         self.seen = {}          # name -> {"pid", "net", "address"}
-        self.secret_in_argv = None
+        self.secret_in_argv = []  # pids whose command line held the job secret
 
     def first_sight(self, name, pid):
         if name in self.seen:
@@ -66,8 +66,7 @@ class Watch:
                                "address": json.loads(env[b"TF_CONFIG"])["cluster"]["worker"][0]}
         except (OSError, KeyError):
             return  # gone already
-        if self.secret_in_argv is None:
-            self.secret_in_argv = command_lines_holding(env[b"TFX_JOB_SECRET"])
+        self.secret_in_argv += command_lines_holding(env[b"TFX_JOB_SECRET"])  # this worker's shells too
 
 
 def remote_shell_script(tmp_path, anchors):
