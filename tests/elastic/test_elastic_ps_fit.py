@@ -40,3 +40,30 @@ def test_fit_with_a_table_on_the_server_survives_a_killed_worker_and_grows_back(
     print(f"ps fit: accuracy {w0['accuracy']:.4f}, uninterrupted "
           f"{w0['uninterrupted_accuracy']:.4f}, replay error {w0['replay_error']:.2e}, rows error "
           f"{w0['rows_error']:.2e}")
+
+
+def test_keras_logs_are_reduced_once_and_only_those_of_its_train_step():
+    import keras
+    import tensorflow as tf
+
+    from tfx_dist.strategies import parameter_server_logs
+
+    class Reducer:
+        calls = []
+
+        def reduce(self, reduce_op, value, axis):
+            self.calls.append((reduce_op, axis))
+            return value * 3.0
+
+    logs = {"loss": tf.constant(2.0), "accuracy": tf.constant(0.5)}
+    reduced = parameter_server_logs.ReducedLogs()
+    tensors = reduced.reduce_now(Reducer(), logs)
+    assert len(Reducer.calls) == 2 and sorted(float(t) for t in tensors) == [1.5, 6.0]
+    assert float(reduced.get("MEAN", logs["loss"], 0)) == 6.0  # as Keras asks: no second all-reduce
+    assert reduced.get(tf.distribute.ReduceOp.MEAN, logs["accuracy"], 0) is not None
+    assert reduced.get("SUM", logs["loss"], 0) is None and reduced.get("MEAN", logs["loss"], None) is None
+    assert reduced.get("MEAN", tf.constant(2.0), 0) is None  # another value: reduced as usual
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    assert parameter_server_logs.is_keras_train_step(model.train_step)
+    assert not parameter_server_logs.is_keras_train_step(model.test_step)
+    assert not parameter_server_logs.is_keras_train_step(lambda x: x)
