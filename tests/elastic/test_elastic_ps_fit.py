@@ -59,9 +59,10 @@ def test_keras_logs_are_reduced_once_and_only_those_of_its_train_step():
     reduced = parameter_server_logs.ReducedLogs()
     tensors = reduced.reduce_now(Reducer(), logs)
     assert len(Reducer.calls) == 2 and sorted(float(t) for t in tensors) == [1.5, 6.0]
-    assert float(reduced.get("MEAN", logs["loss"], 0)) == 6.0  # as Keras asks: no second all-reduce
-    assert reduced.get(tf.distribute.ReduceOp.MEAN, logs["accuracy"], 0) is not None
     assert reduced.get("SUM", logs["loss"], 0) is None and reduced.get("MEAN", logs["loss"], None) is None
+    assert float(reduced.get("MEAN", logs["loss"], 0)) == 6.0  # as Keras asks: no second all-reduce
+    assert reduced.get("MEAN", logs["loss"], 0) is None  # given once
+    assert reduced.get(tf.distribute.ReduceOp.MEAN, logs["accuracy"], 0) is not None
     assert reduced.get("MEAN", tf.constant(2.0), 0) is None  # another value: reduced as usual
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     assert parameter_server_logs.is_keras_train_step(model.train_step)

@@ -45,10 +45,12 @@ class ReducedLogs:
                 if isinstance(t, tf.Tensor)]
 
     def get(self, reduce_op, value, axis):
-        """The reduction made by `reduce_now` of ``value``, if Keras asks for that one; else None."""
+        """The reduction made by `reduce_now` of ``value``, if Keras asks for that one (once: the
+        graph it belongs to is then let go); else None."""
         kept = self._reduced.get(id(value))
         if kept is None or kept[0] is not value or axis != 0:
             return None
         if (tf.distribute.ReduceOp(reduce_op) if isinstance(reduce_op, str) else reduce_op) != _MEAN:
             return None
+        del self._reduced[id(value)]
         return kept[1]
