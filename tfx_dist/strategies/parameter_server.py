@@ -304,6 +304,7 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
                 fn, args=args, kwargs=kwargs, options=options), reduce_logs)
 
     def reduce(self, reduce_op, value, axis):
+        """`tf.distribute.Strategy.reduce`; a Keras log that ``run`` reduced already is not again."""
         reduced = self._reduced_logs.get(reduce_op, value, axis)
         return super().reduce(reduce_op, value, axis) if reduced is None else reduced
 
