@@ -19,7 +19,6 @@ commit. Prints "STEP <worker>
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -28,7 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import elastic_fit  # noqa: E402
 import tfx_dist  # noqa: E402
+from elastic_fit import global_batches, size_and_rank  # noqa: E402
 from tfx_dist.elastic import (CommitStateCallback, ElasticSampler, KerasState,  # noqa: E402
                               UpdateSamplerCallback, membership, run)
 
@@ -44,13 +45,8 @@ x_all = (rng.normal(size=(N + 400, 16)) + 2.0 * np.eye(16)[labels * 4]).astype(n
 x, y, x_test, y_test = x_all[:N], labels[:N], x_all[N:], labels[N:]
 
 
-TRACES = [0]  # traces of the training step (a Python side effect runs when a function traces)
-
-
-class Model(keras.Sequential):
-    def train_step(self, data):
-        TRACES[0] += not tf.executing_eagerly()
-        return super().train_step(data)
+TRACES = elastic_fit.TRACES
+Model = elastic_fit.counting_traces(keras.Sequential)
 
 
 def make_model():
@@ -70,27 +66,8 @@ state = KerasState(model, epoch=0, step=0, sampler=ElasticSampler(N, seed=5), us
 resets, initial = [], []
 state.register_reset_callbacks([lambda: resets.append(list(membership.generation().joined))])
 
-# Each rank polls the driver on its own: one that sees a notice before the others must not reset
-# alone. In the last epoch the driver's notice is faked on rank 1 only, once: every rank must stop
-# at that commit (a reset with the same members, no rollback).
-_driver_notice = membership.pending_change
-
-
-def _rank_1_sees_a_notice_first():
-    if not _rank_1_sees_a_notice_first.done and state.epoch == EPOCHS - 1 and size_and_rank()[1] == 1:
-        _rank_1_sees_a_notice_first.done = True
-        return True
-    return _driver_notice()
-
-
-_rank_1_sees_a_notice_first.done = False
 if os.environ.get("ELASTIC_FAKE_NOTICE", "1") == "1":
-    membership.pending_change = _rank_1_sees_a_notice_first
-
-
-def size_and_rank():
-    g = membership.generation()
-    return g.size, g.rank
+    elastic_fit.fake_a_notice_on_rank_1(state, EPOCHS - 1)
 
 
 def after_step(state, mine):
@@ -173,14 +150,7 @@ def train(state):
         (fit_epoch if MODE == "fit" else loop_epoch)(state)
         state.used_per_epoch.append([float(state.used.min()), float(state.used.max())])
         state.used = np.zeros(N, np.float32)
-        state.epoch += 1
-        state.sampler.set_epoch(state.epoch)
-        state.commit()
-        # After a lost worker, the survivors wait for its replacement at the end of the first epoch
-        # (a TensorFlow start under load may outlast the whole run): it joins at one of these checks.
-        while state.epoch == 1 and size_and_rank()[0] < FULL_SIZE:
-            time.sleep(0.2)
-            state.check_host_updates()
+        elastic_fit.end_epoch(state, FULL_SIZE)
 
 
 def accuracy(m):
@@ -191,23 +161,9 @@ def replay(trace):
     """One process, plain Keras, from the first weights: a step on each global batch of ``trace``."""
     reference = make_model()
     reference.set_weights(initial)
-    sampler = ElasticSampler(N, seed=5)
-    for epoch, processed, size in trace:
-        sampler.set_epoch(epoch)
-        sampler.processed = processed
-        rows = sampler.order()[processed:][:sampler.indices(0, size, BATCH)[:BATCH].size * size]
+    for _, rows in global_batches(trace, N, BATCH):
         reference.train_on_batch(x[rows], y[rows])
     return reference
-
-
-def uninterrupted_trace(size):
-    trace, sampler = [], ElasticSampler(N, seed=5)
-    for epoch in range(EPOCHS):
-        sampler.set_epoch(epoch)
-        while sampler.steps(BATCH, size):
-            trace.append([epoch, sampler.processed, size])
-            sampler.record_batch(BATCH, size)
-    return trace
 
 
 train(state)
@@ -219,5 +175,6 @@ if size_and_rank()[1] == 0:
     replayed = replay(state.trace)  # made outside the strategy's scope: one process
     out["replay_error"] = max(float(np.max(np.abs(a - b)))
                               for a, b in zip(model.get_weights(), replayed.get_weights()))
-    out["uninterrupted_accuracy"] = accuracy(replay(uninterrupted_trace(FULL_SIZE)))
+    uninterrupted = elastic_fit.uninterrupted_trace(FULL_SIZE, EPOCHS, N, BATCH)
+    out["uninterrupted_accuracy"] = accuracy(replay(uninterrupted))
 print(f"DONE {NAME} {os.getpid()} " + json.dumps(out), flush=True)

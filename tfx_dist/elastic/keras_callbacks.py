@@ -30,6 +30,10 @@ class CommitStateCallback(keras.callbacks.Callback):
 
     A commit also checks for workers added or removed (``state.commit()``):
     every rank then stops ``fit`` at the same batch and resets.
+
+    Under parameter servers (their tables are not rolled back) commit every
+    batch, and put callbacks that talk to the other workers after this one: a
+    step the servers applied must be in the survivors' commit.
     """
 
     def __init__(self, state, batches_per_commit: int = 1):

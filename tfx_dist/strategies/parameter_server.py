@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import itertools
 import sys
 
@@ -40,7 +41,7 @@ from tfx_dist.parameter_server import _native, server
 from tfx_dist.parameter_server import elastic as ps_elastic
 from tfx_dist.parameter_server import dense_checkpoint
 from tfx_dist.parameter_server import dense_variables as dense_variables_lib
-from tfx_dist.strategies import partitioned_embeddings, plain_embeddings
+from tfx_dist.strategies import parameter_server_logs, partitioned_embeddings, plain_embeddings
 from tfx_dist.tables.on_servers import RemoteTable
 from tfx_dist.tables import gradients as table_gradients
 from tfx_dist.tables.protocol import TableHost
@@ -284,6 +285,7 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
         if info.task_type == "ps":
             sys.exit(server.serve(info, synchronous=mode == "sync", timeout_s=timeout_s,
                                   dense_variables=dense_variables))
+        self._reduced_logs = parameter_server_logs.ReducedLogs()
         tf.distribute.Strategy.__init__(self, ParameterServerExtended(
             self, info, mode, dense_placement=dense_variables, cluster_resolver=cluster_resolver,
             devices=devices, timeout_s=timeout_s, variable_partitioner=variable_partitioner))
@@ -293,15 +295,27 @@ class ParameterServerStrategy(MultiWorkerMirroredStrategy):
 
     def run(self, fn, args=(), kwargs=None, options=None):
         """`tf.distribute.Strategy.run`, then the end of this worker's step on the servers."""
+        reduce_logs = None
+        if self.extended._elastic and parameter_server_logs.is_keras_train_step(fn):
+            # The logs' all-reduce before the step's end (see parameter_server_logs).
+            reduce_logs = functools.partial(self._reduced_logs.reduce_now, self)
         return run_step_on_servers(
             self.extended, lambda: super(ParameterServerStrategy, self).run(
-                fn, args=args, kwargs=kwargs, options=options))
+                fn, args=args, kwargs=kwargs, options=options), reduce_logs)
+
+    def reduce(self, reduce_op, value, axis):
+        """`tf.distribute.Strategy.reduce`; a Keras log that ``run`` reduced already is not again."""
+        reduced = self._reduced_logs.get(reduce_op, value, axis)
+        return super().reduce(reduce_op, value, axis) if reduced is None else reduced
 
 
-def run_step_on_servers(extended: ParameterServerExtended, run):
-    """``run()`` (a `Strategy.run`), then the end of this worker's step on the servers."""
+def run_step_on_servers(extended: ParameterServerExtended, run, reduce_logs=None):
+    """``run()`` (a `Strategy.run`), then the end of this worker's step on the servers (after
+    ``reduce_logs(result)``'s tensors, when given)."""
     with extended.collecting_pushes() as pushes:
         result = run()
+        if reduce_logs is not None:
+            pushes.extend(reduce_logs(result))
         outputs = [t for t in tf.nest.flatten(result, expand_composites=True) if isinstance(t, tf.Tensor)]
         done = extended.step_done(after=pushes + outputs)
         extended.refresh_dense_variables(after=done)
