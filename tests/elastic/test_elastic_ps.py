@@ -5,7 +5,8 @@
   processes, a replacement joins, the job exits 0, and the table's rows (on the server) and the
   dense weights equal a numpy replay of every step applied once (ps_elastic_worker.py's data do not
   depend on the number of workers). Committed every step, or every 4 steps: then the survivors
-  run the steps since their last commit again and the server rolls back to that commit.
+  run the steps since their last commit again and the servers (1, or 2 holding the dense
+  variables too) roll back to that commit.
 - A lost server is not a lost worker: the job stops naming it, or restarts with --max-restarts.
 - HybridStrategy (tables on the workers) refuses an elastic job, naming the restart path.
 """
@@ -46,15 +47,17 @@ def replay(initial_dense, steps, total=None):
     return table, kernel, bias
 
 
-@pytest.mark.parametrize("dense,commit_every", [("workers", 1), ("workers", 4), ("servers", 4)])
-def test_a_killed_worker_is_replaced_and_the_server_keeps_every_step_once(dense, commit_every):
+@pytest.mark.parametrize("dense,commit_every,servers",
+                         [("workers", 1, 1), ("workers", 4, 1), ("servers", 4, 2)])
+def test_a_killed_worker_is_replaced_and_the_server_keeps_every_step_once(dense, commit_every, servers):
     steps_total = 30
     # Every 4 steps: killed after step 10, the survivors go back to their commit at step 8 and
-    # the server rolls its table (and the dense weights it holds) back from step 10 or 11 to 8.
+    # the servers roll the table (and the dense weights they hold) back from step 10 or 11 to 8.
+    env = {"ELASTIC_STEPS": str(steps_total), "ELASTIC_JOIN_AT": "16", "DENSE": dense,
+           "COMMIT_EVERY": str(commit_every)}
     code, done, steps, output, _ = elastic_job.run_killing_one(
         os.path.join(HERE, "ps_elastic_worker.py"), kill_at_step=8 if commit_every == 1 else 10, timeout=400,
-        extra_args=("--ps", "1"), env={"ELASTIC_STEPS": str(steps_total), "ELASTIC_JOIN_AT": "16",
-                                       "DENSE": dense, "COMMIT_EVERY": str(commit_every)})
+        extra_args=("--ps", str(servers)), env=env)
     assert code == 0, output[-6000:]
     assert set(done) == {"w0", "w2", "w3"}, output[-6000:]
     pids = {name: {pid for n, pid, *_ in steps if n == name} for name in done}

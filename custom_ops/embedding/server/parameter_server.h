@@ -16,10 +16,11 @@
 // Sessions (elastic jobs): the server outlives its workers' connections. Each
 // generation of workers is one session (BeginSession, then the service's
 // Serve); the tables and the version carry over, the barrier counts the new
-// session's workers. The step a lost worker left open is resolved when the
-// next session begins: applied whole if any worker ended it (a worker ends a
-// step after the step's all-reduce, which every worker's pushes precede, so
-// every push of it is here), else dropped with its partial pushes.
+// session's workers. The step a lost worker left open is dropped with its
+// pushes when the next session begins (the workers roll back to a commit
+// before it, below); a server without an undo log applies it whole if any
+// worker ended it (a worker ends a step after the step's all-reduce, which
+// every worker's pushes precede, so every push of it is here).
 //
 // Commits (elastic jobs): the workers commit their state every K steps and
 // restore the last commit after a reset; the tables follow them back. A
