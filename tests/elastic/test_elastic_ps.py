@@ -7,6 +7,7 @@
   depend on the number of workers). Committed every step, or every 4 steps: then the survivors
   run the steps since their last commit again and the servers (1, or 2 holding the dense
   variables too) roll back to that commit.
+- The server's commits and rollbacks in one process (C++: parameter_server_tests).
 - A lost server is not a lost worker: the job stops naming it, or restarts with --max-restarts.
 - HybridStrategy (tables on the workers) refuses an elastic job, naming the restart path.
 """
@@ -169,3 +170,10 @@ def test_hybrid_strategy_refuses_an_elastic_job_naming_the_restart_path(monkeypa
     monkeypatch.setenv("TFX_ELASTIC_DRIVER", "127.0.0.1:1")
     with pytest.raises(errors.UnimplementedError, match="--max-restarts K --checkpoint-dir DIR"):
         tfx_dist.HybridStrategy()
+
+
+def test_a_server_rolls_back_to_any_commit_it_keeps(cpp_test_program):
+    """The server's COMMIT and ROLLBACK requests in one process (custom_ops/embedding/server/tests/):
+    any commit interval, a second worker's rollback, a commit waiting for the step before it, a
+    dropped commit refused with nothing changed."""
+    cpp_test_program("parameter_server_tests")()
