@@ -87,6 +87,12 @@ CPP_TESTS = [
         source_globs = ["custom_ops/comm/tests/service_fuzz_test.cc", _COMM_CORE, _EMBEDDING_CORE,
                         _EMBEDDING_SERVER],
     ),
+    # A parameter server's commits and rollbacks (elastic jobs), through its requests.
+    dict(
+        name = "parameter_server_tests",
+        source_globs = ["custom_ops/embedding/server/tests/*_test.cc", _COMM_CORE, _EMBEDDING_CORE,
+                        _EMBEDDING_SERVER],
+    ),
     # The embedding store (tables, optimizers, checkpoint files, threads).
     dict(
         name = "embedding_tests",

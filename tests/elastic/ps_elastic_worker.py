@@ -5,7 +5,8 @@ Deterministic: step s trains on examples [s*G, (s+1)*G) of a fixed set, split ev
 workers there are (G = 6: 2 or 3 workers), loss summed over the global batch / G, SGD. So the
 weights after STEPS steps do not depend on how many workers ran each step, and the test computes
 them in numpy. The table (zeros at first) lives on the server; the dense layer on the workers,
-all-reduced (or on the server too: DENSE=servers). Commits after every step. With
+all-reduced (or on the server too: DENSE=servers). Commits every COMMIT_EVERY steps (default 1):
+a reset runs the steps since the last commit again, and the server rolls its table back to it. With
 ELASTIC_JOIN_AT=k, a generation of fewer than 3 workers waits at step k until the replacement is
 ready to join (so that it joins before the end).
 
@@ -26,6 +27,7 @@ from tfx_dist.elastic import TensorFlowKerasState, membership, run
 ROWS, DIM, G, LR = 12, 4, 6, 0.1
 STEPS = int(os.environ.get("ELASTIC_STEPS", "30"))
 TRACE = os.environ.get("ELASTIC_TRACE") == "1"
+COMMIT_EVERY = int(os.environ.get("COMMIT_EVERY", "1"))
 JOIN_AT = int(os.environ.get("ELASTIC_JOIN_AT", "0"))  # a smaller generation waits there for a joiner
 NAME = os.environ.get("TFX_ELASTIC_WORKER", "?")
 
@@ -75,7 +77,8 @@ def train(state):
         lo = state.step * G + generation.rank * local
         train_step(tf.constant(ids[lo:lo + local]), tf.constant(labels[lo:lo + local]))
         state.step += 1
-        state.commit()
+        if state.step % COMMIT_EVERY == 0:
+            state.commit()
         print(f"STEP {NAME} {os.getpid()} {generation.number} {generation.rank} {generation.size} "
               f"{state.step}" + (f" {model.layers[-1].get_weights()[1][0]:.7f}" if TRACE else ""), flush=True)
         time.sleep(0.05)  # leaves the kill time to land mid-run

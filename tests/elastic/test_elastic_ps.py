@@ -4,7 +4,10 @@
   or on the server too), worker w1 killed with SIGKILL mid-run; the two others go on in their own
   processes, a replacement joins, the job exits 0, and the table's rows (on the server) and the
   dense weights equal a numpy replay of every step applied once (ps_elastic_worker.py's data do not
-  depend on the number of workers).
+  depend on the number of workers). Committed every step, or every 4 steps: then the survivors
+  run the steps since their last commit again and the servers (1, or 2 holding the dense
+  variables too) roll back to that commit.
+- The server's commits and rollbacks in one process (C++: parameter_server_tests).
 - A lost server is not a lost worker: the job stops naming it, or restarts with --max-restarts.
 - HybridStrategy (tables on the workers) refuses an elastic job, naming the restart path.
 """
@@ -45,12 +48,17 @@ def replay(initial_dense, steps, total=None):
     return table, kernel, bias
 
 
-@pytest.mark.parametrize("dense", ["workers", "servers"])
-def test_a_killed_worker_is_replaced_and_the_server_keeps_every_step_once(dense):
+@pytest.mark.parametrize("dense,commit_every,servers",
+                         [("workers", 1, 1), ("workers", 4, 1), ("servers", 4, 2)])
+def test_a_killed_worker_is_replaced_and_the_server_keeps_every_step_once(dense, commit_every, servers):
     steps_total = 30
+    # Every 4 steps: killed after step 10, the survivors go back to their commit at step 8 and
+    # the servers roll the table (and the dense weights they hold) back from step 10 or 11 to 8.
+    env = {"ELASTIC_STEPS": str(steps_total), "ELASTIC_JOIN_AT": "16", "DENSE": dense,
+           "COMMIT_EVERY": str(commit_every)}
     code, done, steps, output, _ = elastic_job.run_killing_one(
-        os.path.join(HERE, "ps_elastic_worker.py"), kill_at_step=8, timeout=400, extra_args=("--ps", "1"),
-        env={"ELASTIC_STEPS": str(steps_total), "ELASTIC_JOIN_AT": "16", "DENSE": dense})
+        os.path.join(HERE, "ps_elastic_worker.py"), kill_at_step=8 if commit_every == 1 else 10, timeout=400,
+        extra_args=("--ps", str(servers)), env=env)
     assert code == 0, output[-6000:]
     assert set(done) == {"w0", "w2", "w3"}, output[-6000:]
     pids = {name: {pid for n, pid, *_ in steps if n == name} for name in done}
@@ -73,6 +81,8 @@ def test_a_killed_worker_is_replaced_and_the_server_keeps_every_step_once(dense)
     # The server went on through both generations; the replacement joined its session at the
     # step the others were at (16 steps applied), and read the rows there.
     assert output.count("parameter servers' session of generation 2, at step 16") == 3, output[-6000:]
+    if commit_every > 1:  # the steps since the commit ran again on the rolled-back table
+        assert "parameter servers rolled back from step 1" in output and "to the commit at step 8" in output
 
 
 def _fake_job(tmp_path, *options):
@@ -160,3 +170,10 @@ def test_hybrid_strategy_refuses_an_elastic_job_naming_the_restart_path(monkeypa
     monkeypatch.setenv("TFX_ELASTIC_DRIVER", "127.0.0.1:1")
     with pytest.raises(errors.UnimplementedError, match="--max-restarts K --checkpoint-dir DIR"):
         tfx_dist.HybridStrategy()
+
+
+def test_a_server_rolls_back_to_any_commit_it_keeps(cpp_test_program):
+    """The server's COMMIT and ROLLBACK requests in one process (custom_ops/embedding/server/tests/):
+    any commit interval, a second worker's rollback, a commit waiting for the step before it, a
+    dropped commit refused with nothing changed."""
+    cpp_test_program("parameter_server_tests")()

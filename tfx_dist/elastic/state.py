@@ -29,6 +29,7 @@ import pickle
 
 import numpy as np
 
+from tfx_dist.elastic import commit_listeners
 from tfx_dist.errors import HostsUpdatedInterrupt
 
 
@@ -106,7 +107,9 @@ class State:
     def commit(self):
         """Saves the state in memory, then checks whether workers were added or removed (and, if
         so, raises `HostsUpdatedInterrupt` on every rank at this commit)."""
+        commit_listeners.committing()  # state outside this one (the servers' tables) first
         self.save()
+        commit_listeners.committed()
         self.commits += 1
         self.check_host_updates()
 
@@ -176,11 +179,13 @@ class ObjectState(State):
         self._set_attrs()
 
     def sync(self, root: int | None = None):
+        if root is None and (self._saved_state or commit_listeners.active()):
+            root = self.sync_root()
         if self._saved_state:
-            root = self.sync_root() if root is None else root
             self._saved_state = self._bcast_object(self._saved_state, root)
             self._set_attrs()
         self._needs_state = False
+        commit_listeners.synced(root)
 
     def _set_attrs(self):
         for name, value in self._saved_state.items():

@@ -34,6 +34,8 @@ _SIGNATURES = {
     "tfx_ps_client_rejoin": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int64]
                              + _err),
     "tfx_ps_client_destroy": (ctypes.c_int32, [ctypes.c_int64]),
+    "tfx_ps_client_commit": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64] + _err),
+    "tfx_ps_client_rollback": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64] + _err),
     "tfx_ps_create_table": (ctypes.c_int32, [ctypes.c_int64, ctypes.POINTER(store.TableConfig)] + _err),
     "tfx_ps_set_optimizer": (ctypes.c_int32, [ctypes.c_int64, ctypes.c_int64,
                                               ctypes.POINTER(store.OptimizerConfig)] + _err),

@@ -4,14 +4,16 @@ the servers stay.
 A server serves one *session* per generation of workers (the elastic driver
 says which, ``DriverClient.next_session``): its tables, the dense variables it
 holds and its count of applied steps carry over; the synchronous step barrier
-counts the new generation's workers. The step a lost worker left open is
-resolved when the next session begins (``parameter_server.h``): applied whole
-when any worker ended it (a worker ends a step after the step's all-reduce,
-which every worker's pushes precede), dropped with its partial pushes when
-none did. So a step's sparse update is on the servers exactly when its dense
-update is on the workers: never part of a step, never a step twice. With the
-dense variables on the servers a worker's step ends only once the servers
-applied it (it pulls the weights): an open step is always dropped.
+counts the new generation's workers, and the step a lost worker left open is
+dropped with its pushes.
+
+The servers follow the elastic state's commits (`_CommitsOnServers`, a
+``commit_listeners`` listener): a commit at step k first waits for every
+server to have applied step k - 1 (every worker's pushes of it) and opens a
+segment of the server's undo log there; after a reset the state's sync brings
+its root's commit, and every worker rolls the servers back to it
+(``parameter_server.h``). So the tables and the restored state agree for any
+commit interval, and every step is applied once.
 
 A worker reconnects at each reset (a ``membership.on_reset`` listener): it
 says goodbye to the last session, connects to the new one at its new rank and
@@ -30,7 +32,7 @@ import weakref
 from tfx_dist import errors, settings
 from tfx_dist.comm.rendezvous import RendezvousError, generation_secret
 from tfx_dist.comm.service import ServiceClient, ServiceError, ServiceServer
-from tfx_dist.elastic import membership
+from tfx_dist.elastic import commit_listeners, membership
 from tfx_dist.parameter_server import _native
 
 _NOTE_LEN = 512
@@ -49,10 +51,7 @@ def _say(index: int, message: str) -> None:
 
 def serve_sessions(info, synchronous: bool, timeout_s: float, dense_variables: str = "workers") -> int:
     """Serves as parameter server ``info.task_index`` of an elastic job, one session per generation,
-    until the driver ends the job; returns the process's exit status (0).
-
-    ``dense_variables="servers"``: a worker's step ends only once the servers applied it (it pulls
-    the dense weights), so a step left open is dropped even when a worker ended it."""
+    until the driver ends the job; returns the process's exit status (0)."""
     from tfx_dist.elastic.driver_client import DriverClient
 
     driver = DriverClient.from_settings()
@@ -139,14 +138,64 @@ def follow_resets(extended, servers, timeout_s, labels) -> None:
 
     membership.on_reset(on_reset)
     membership.add_peer_lost_probe(_servers_lost_a_worker)
+    commit_listeners.add(_CommitsOnServers(extended))
+
+
+class _CommitsOnServers:
+    """Follows the elastic state's commits on the servers (a `commit_listeners` listener): each
+    commit waits for the servers to have applied this worker's closed steps and marks them there;
+    a sync rolls every server back to the commit it brought (its root's)."""
+
+    def __init__(self, extended):
+        self._extended = weakref.ref(extended)
+        self.held = -1  # the servers' step of this worker's last commit (-1: none yet)
+        self._committing = -1
+
+    def _client(self):
+        target = self._extended()
+        if target is None or target._closed or getattr(target, "_mode", "sync") != "sync":
+            return None  # asynchronous pushes are applied on arrival: nothing to go back to
+        return target._ps_client
+
+    def committing(self) -> None:
+        client = self._client()
+        if client is not None:
+            self._committing = int(_native.lib().tfx_ps_steps(client))
+            _native.call(_native.lib().tfx_ps_client_commit, client, self.held)
+
+    def committed(self) -> None:
+        if self._client() is not None:
+            self.held = self._committing
+
+    def synced(self, root) -> None:
+        """Every rank: the root's commit (its servers' step) to every rank, then every server back
+        to it. A root that never committed holds the values it synced: a commit at its step now."""
+        import numpy as np
+
+        client = self._client()
+        if client is None:
+            return
+        lib = _native.lib()
+        now = int(lib.tfx_ps_steps(client))
+        held = np.array([self.held if self.held >= 0 else now], np.int64)
+        comm = membership.communicator()
+        if comm.size > 1:
+            (held,) = comm.broadcast_numpy([held], root=int(root or 0), name="elastic.ps_commit")
+        step = int(np.asarray(held).reshape(-1)[0])
+        self.held = step  # this rank holds the root's state now, whether the rollback completes or not
+        _native.call(lib.tfx_ps_client_rollback, client, step)
+        if step != now:
+            print(f"tfx_dist worker rank {comm.rank}: parameter servers rolled back from step {now} to the "
+                  f"commit at step {step}", file=sys.stderr, flush=True)
 
 
 def pushes_first(grads, pushes):
     """``grads`` (the dense gradients to all-reduce), made to wait for this step's ``pushes``.
 
     With :func:`tensors_of` on the all-reduce's results (the step ends after them), a worker
-    ends a step only once every worker's pushes of it are on the servers: what lets a server
-    apply a step that a lost worker left open (see the top of this module).
+    ends a step only once every worker's pushes of it are on the servers. The rollback to the
+    last commit no longer needs that order (a commit waits for the servers' barrier), but
+    `ParameterServerExtended` still asks for it.
     """
     import tensorflow as tf
 

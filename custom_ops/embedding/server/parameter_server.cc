@@ -3,12 +3,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <unordered_set>
 
-#include "custom_ops/embedding/core/checkpoint.h"
 #include "custom_ops/embedding/core/optimizers.h"
 #include "custom_ops/embedding/server/codec.h"
 #include "custom_ops/embedding/server/protocol.h"
+#include "custom_ops/embedding/server/request_checks.h"
+#include "custom_ops/embedding/server/server_table.h"
 
 namespace tfx::ps {
 
@@ -16,47 +16,7 @@ using tfx::Code;
 using tfx::InvalidArgument;
 using tfx::Status;
 
-struct ParameterServer::Table {
-  embedding::TableConfig config;  // as the workers described it, with this shard's place
-  // Replaced whole by SET_OPTIMIZER; requests hold their own reference.
-  std::shared_ptr<embedding::TableShard> shard;
-  // Synchronous: every worker's pushes of each open step, summed per id as
-  // they arrive (so closing the step only applies the optimizer), and a
-  // spare sum for the next step, which keeps its memory.
-  struct Pending {
-    std::unique_ptr<embedding::RowSums> sums;
-    float learning_rate = 0;
-  };
-  std::map<int64_t, Pending> pending;  // guarded by the server's mu_
-  std::unique_ptr<embedding::RowSums> spare;  // guarded by the server's mu_
-  std::mutex apply_mu;                 // asynchronous: one apply (and step count) at a time
-  int64_t applies = 0;                 // Adam's step count: optimizer steps taken so far
-};
-
 namespace {
-
-Status Malformed(uint16_t kind, int worker) {
-  return Status(Code::kInvalidArgument, std::string("malformed ") + KindName(kind) + " request from worker " +
-                                            std::to_string(worker) + " (truncated or corrupt payload)");
-}
-
-// A PUSH's gradients or an ASSIGN's values (`what`) for `n` ids of `shard`:
-// one row of dim floats per id, every id valid, every float finite. Refused
-// now, to their sender, before anything changes.
-Status CheckRows(const embedding::TableShard& shard, int worker, const char* request, const char* what,
-                 const int64_t* ids, int64_t n, const float* values, int64_t n_values) {
-  const int64_t dim = shard.config().dim;
-  if (n_values != n * dim)
-    return InvalidArgument(shard.description() + ": " + request + " of " + std::to_string(n) + " ids carries " +
-                           std::to_string(n_values) + " " + what + " values, expected " + std::to_string(n * dim));
-  TFX_RETURN_IF_ERROR(shard.CheckIds(ids, n));
-  for (int64_t i = 0; i < n_values; ++i) {
-    if (!std::isfinite(values[i]))
-      return InvalidArgument(shard.description() + ": " + what + " value of id " + std::to_string(ids[i / dim]) +
-                             " from worker " + std::to_string(worker) + " is not finite");
-  }
-  return Status::Ok();
-}
 
 std::string Seconds(double s) {
   char buf[32];
@@ -100,6 +60,8 @@ Status ParameterServer::Handle(int worker, uint16_t kind, const char* payload, s
     case kSetOptimizer: st = SetOptimizer(worker, payload, len); break;
     case kAssign: st = Assign(worker, payload, len); break;
     case kSession: st = Session(worker, payload, len, reply); break;
+    case kCommit: st = Commit(worker, payload, len); break;
+    case kRollBack: st = RollBack(worker, payload, len); break;
     default:
       st = InvalidArgument("unknown request kind " + std::to_string(kind) + " from worker " +
                            std::to_string(worker));
@@ -260,6 +222,7 @@ Status ParameterServer::ApplyStep(int64_t step) {
     embedding::StepParams params;
     params.learning_rate = p.learning_rate;
     params.step = table->applies + 1;
+    TFX_RETURN_IF_ERROR(undo_.BeforeRows(id, table->shard.get(), table->applies, p.sums->ids(), p.sums->size()));
     TFX_RETURN_IF_ERROR(table->shard->ApplySums(*p.sums, params));
     ++table->applies;
     p.sums->Clear();
@@ -282,119 +245,6 @@ void ParameterServer::DiscardPending() {
     if (table->spare != nullptr) table->spare->Clear();
     table->pending.clear();
   }
-}
-
-Status ParameterServer::SetOptimizer(int worker, const char* payload, size_t len) {
-  int64_t table_id;
-  embedding::OptimizerConfig optimizer;
-  if (!DecodeSetOptimizer(payload, len, &table_id, &optimizer)) return Malformed(kSetOptimizer, worker);
-  TFX_RETURN_IF_ERROR(embedding::ValidateOptimizer(optimizer));
-  Status st;
-  Table* table = Find(table_id, &st, nullptr);
-  if (table == nullptr) return st;
-  std::lock_guard<std::mutex> lock(mu_);
-  embedding::TableConfig config = table->config;
-  config.optimizer = optimizer;
-  if (Difference(config, table->config).empty() && EncodeCreateTable(config) == EncodeCreateTable(table->config))
-    return Status::Ok();  // every worker sends it; the first one did the work
-  if (table->applies > 0)
-    return InvalidArgument(table->shard->description() + ": worker " + std::to_string(worker) +
-                           " sets another optimizer after training has updated the table");
-  // A new shard with slots for this optimizer; the rows stored so far (from
-  // lookups of dynamic ids, or a restore) keep their values.
-  std::unique_ptr<embedding::TableShard> shard;
-  TFX_RETURN_IF_ERROR(embedding::TableShard::Create(config, &shard));
-  const int64_t dim = config.dim;
-  std::vector<float> record(static_cast<size_t>(shard->record_floats()));
-  TFX_RETURN_IF_ERROR(shard->Replace([&](const embedding::TableShard::PutFn& put) {
-    return table->shard->ForEachStoredRow([&](int64_t id, const float* old_record) {
-      std::copy(old_record, old_record + dim, record.begin());
-      embedding::InitialSlots(optimizer, dim, record.data() + dim);
-      return put(id, record.data());
-    });
-  }));
-  table->shard = std::move(shard);
-  table->config = config;
-  return Status::Ok();
-}
-
-Status ParameterServer::Save(int worker, const char* payload, size_t len, const ReplyBuffer& reply) {
-  Reader r(payload, len);
-  int64_t table_id;
-  std::string path;
-  if (!r.Get(&table_id) || !r.GetString(&path) || !r.done()) return Malformed(kSave, worker);
-  Status st;
-  std::shared_ptr<embedding::TableShard> shard;
-  Table* table = Find(table_id, &st, &shard);
-  if (table == nullptr) return st;
-  TFX_RETURN_IF_ERROR(embedding::SaveShard(*shard, path));
-  int64_t applies;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    applies = table->applies;
-  }
-  std::memcpy(reply(sizeof(applies)), &applies, sizeof(applies));
-  return Status::Ok();
-}
-
-Status ParameterServer::Restore(int worker, const char* payload, size_t len) {
-  Reader r(payload, len);
-  int64_t table_id, applies;
-  uint32_t count;
-  if (!r.Get(&table_id) || !r.Get(&applies) || applies < 0 || !r.Get(&count) || count > 65536)
-    return Malformed(kRestore, worker);
-  std::vector<std::string> paths(count);
-  for (std::string& p : paths)
-    if (!r.GetString(&p)) return Malformed(kRestore, worker);
-  if (!r.done()) return Malformed(kRestore, worker);
-  Status st;
-  std::shared_ptr<embedding::TableShard> shard;
-  Table* table = Find(table_id, &st, &shard);
-  if (table == nullptr) return st;
-  TFX_RETURN_IF_ERROR(embedding::RestoreShard(shard.get(), paths));
-  std::lock_guard<std::mutex> lock(mu_);
-  table->applies = applies;
-  return Status::Ok();
-}
-
-Status ParameterServer::Assign(int worker, const char* payload, size_t len) {
-  Reader r(payload, len);
-  int64_t table_id, applies, n, n_values;
-  uint32_t first, pad;
-  const int64_t* ids;
-  const float* values;
-  if (!r.Get(&table_id) || !r.Get(&applies) || applies < 0 || !r.Get(&first) || first > 1 || !r.Get(&pad) ||
-      !r.GetArray(&ids, &n) || !r.GetArray(&values, &n_values) || !r.done())
-    return Malformed(kAssign, worker);
-  Status st;
-  std::shared_ptr<embedding::TableShard> current;
-  Table* table = Find(table_id, &st, &current);
-  if (table == nullptr) return st;
-  TFX_RETURN_IF_ERROR(CheckRows(*current, worker, "an assignment", "row", ids, n, values, n_values));
-  const int64_t dim = current->config().dim;
-  std::lock_guard<std::mutex> lock(mu_);
-  // A new shard, swapped in whole (as SET_OPTIMIZER does): readers holding the
-  // old one finish on it, and a failure leaves the table as it was.
-  std::unique_ptr<embedding::TableShard> shard;
-  TFX_RETURN_IF_ERROR(embedding::TableShard::Create(table->config, &shard));
-  std::vector<float> record(static_cast<size_t>(shard->record_floats()));
-  const std::unordered_set<int64_t> assigned(ids, ids + n);
-  TFX_RETURN_IF_ERROR(shard->Replace([&](const embedding::TableShard::PutFn& put) -> Status {
-    if (!first) {  // a later chunk: keep the rows the earlier ones set
-      TFX_RETURN_IF_ERROR(table->shard->ForEachStoredRow([&](int64_t id, const float* old_record) {
-        return assigned.count(id) ? Status::Ok() : put(id, old_record);
-      }));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy(values + i * dim, values + (i + 1) * dim, record.begin());
-      embedding::InitialSlots(table->config.optimizer, dim, record.data() + dim);
-      TFX_RETURN_IF_ERROR(put(ids[i], record.data()));
-    }
-    return Status::Ok();
-  }));
-  table->shard = std::move(shard);
-  if (first) table->applies = applies;
-  return Status::Ok();
 }
 
 }  // namespace tfx::ps

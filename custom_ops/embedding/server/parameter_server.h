@@ -16,11 +16,21 @@
 // Sessions (elastic jobs): the server outlives its workers' connections. Each
 // generation of workers is one session (BeginSession, then the service's
 // Serve); the tables and the version carry over, the barrier counts the new
-// session's workers. The step a lost worker left open is resolved when the
-// next session begins: applied whole if any worker ended it (a worker ends a
-// step after the step's all-reduce, which every worker's pushes precede, so
-// every push of it is here), else dropped with its partial pushes. A step is
-// never applied with part of its workers' pushes, nor twice.
+// session's workers. The step a lost worker left open is dropped with its
+// pushes when the next session begins (the workers roll back to a commit
+// before it, below); a server without an undo log applies it whole if any
+// worker ended it (a worker ends a step after the step's all-reduce, which
+// every worker's pushes precede, so every push of it is here).
+//
+// Commits (elastic jobs): the workers commit their state every K steps and
+// restore the last commit after a reset; the tables follow them back. A
+// worker's COMMIT(k) waits until step k - 1 is applied (so a commit never
+// holds part of a step) and opens a segment of the undo log at version k
+// (embedding/core/undo_log.h: the first write of each row since keeps its
+// record before). After a reset the workers send ROLLBACK(r), r the commit
+// their state was synced to: the server undoes every write since version r.
+// The log keeps the segments from the oldest commit a worker may still
+// restore: the least of the previous commits the session's workers named.
 #pragma once
 
 #include <condition_variable>
@@ -36,6 +46,7 @@
 #include "custom_ops/comm/core/defaults.h"
 #include "custom_ops/common/status.h"
 #include "custom_ops/embedding/core/table.h"
+#include "custom_ops/embedding/core/undo_log.h"
 
 namespace tfx::ps {
 
@@ -85,6 +96,8 @@ class ParameterServer {
   // step ends only once the servers applied it), forgets the last session's
   // stop. Returns what became of the open step ("" when none was open).
   std::string BeginSession(int num_workers, bool apply_ended = true);
+  // Keeps an undo log from now on (elastic jobs; synchronous only): a commit at the current version.
+  void KeepUndoLog();
 
  private:
   struct Table;  // a shard and its pushes of open steps
@@ -98,6 +111,8 @@ class ParameterServer {
   tfx::Status SetOptimizer(int worker, const char* payload, size_t len);
   tfx::Status Assign(int worker, const char* payload, size_t len);
   tfx::Status Session(int worker, const char* payload, size_t len, const ReplyBuffer& reply);
+  tfx::Status Commit(int worker, const char* payload, size_t len);
+  tfx::Status RollBack(int worker, const char* payload, size_t len);
 
   // The table and (if shard) its current shard, or null and why.
   Table* Find(int64_t table_id, tfx::Status* error,
@@ -119,6 +134,9 @@ class ParameterServer {
   tfx::Status failed_;          // an apply that failed poisons later steps; guarded by mu_
   bool stopping_ = false;        // guarded by mu_
   std::string stop_reason_;      // guarded by mu_
+  embedding::UndoLog undo_;      // empty unless KeepUndoLog; guarded by mu_
+  // The commit each worker of this session last named as held (-1: none yet); guarded by mu_.
+  std::vector<int64_t> held_commits_;
 };
 
 }  // namespace tfx::ps

@@ -15,6 +15,8 @@ const char* KindName(uint16_t kind) {
     case kSetOptimizer: return "SET_OPTIMIZER";
     case kAssign: return "ASSIGN";
     case kSession: return "SESSION";
+    case kCommit: return "COMMIT";
+    case kRollBack: return "ROLLBACK";
   }
   return "an unknown request";
 }

@@ -42,6 +42,13 @@
 //   SESSION       generation i64 -> version i64: the steps the server has
 //                 applied. A worker of a new session (elastic jobs) asks it
 //                 first: its next step is that one, on every server.
+//   COMMIT        step i64, held i64: the worker commits its state at `step`
+//                 (its closed steps), having committed at `held` before (-1:
+//                 none). Waits until the server applied step - 1; an elastic
+//                 server keeps what a ROLLBACK to `step` needs.
+//   ROLLBACK      step i64: the tables, their step counts and the version go
+//                 back to the commit at `step` (the state the workers restored).
+//                 Every worker of the session sends it before its next step.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +69,8 @@ enum Kind : uint16_t {
   kSetOptimizer = 7,
   kAssign = 8,
   kSession = 9,
+  kCommit = 10,
+  kRollBack = 11,
 };
 const char* KindName(uint16_t kind);
 

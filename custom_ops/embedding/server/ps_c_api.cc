@@ -94,6 +94,7 @@ int64_t tfx_ps_server_create(int32_t server_index, int32_t num_servers, int32_t 
   options.synchronous = synchronous != 0;
   options.timeout_s = timeout_s;
   auto server = std::make_shared<tfx::ps::ParameterServer>(options);
+  server->KeepUndoLog();  // workers restore their commits: the tables follow
   std::lock_guard<std::mutex> lock(g_mu);
   const int64_t id = g_next_id++;
   g_servers[id] = std::move(server);
@@ -149,6 +150,18 @@ int32_t tfx_ps_client_rejoin(int64_t id, int64_t service_client, int32_t worker,
   auto client = Find(id);
   if (!client) return ReportToC(NoClient(id), err, err_len);
   return ReportToC(client->Rejoin(service_client, worker, generation), err, err_len);
+}
+
+int32_t tfx_ps_client_commit(int64_t id, int64_t held, char* err, int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->Commit(held), err, err_len);
+}
+
+int32_t tfx_ps_client_rollback(int64_t id, int64_t step, char* err, int32_t err_len) {
+  auto client = Find(id);
+  if (!client) return ReportToC(NoClient(id), err, err_len);
+  return ReportToC(client->RollBack(step), err, err_len);
 }
 
 int32_t tfx_ps_create_table(int64_t id, const tfx_emb_table_config* config, char* err, int32_t err_len) {

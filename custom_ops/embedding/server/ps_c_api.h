@@ -31,7 +31,8 @@ TFX_PS_API int32_t tfx_ps_serve(int64_t service_server, int32_t server_index, in
 /* A parameter server that outlives its workers' connections (elastic jobs): one session per
  * generation of workers, the tables and steps carried over. create returns an id > 0; begin
  * starts a session of num_workers (note: what became of the step the last session left open,
- * "" if none; apply_ended: apply it whole when a worker ended it, else drop it); serve serves it until its workers are gone (returns 0 when every one said
+ * "" if none; apply_ended: apply it whole when a worker ended it, else drop it; a server that
+ * keeps an undo log always drops it: the workers roll back to a commit before it); serve serves it until its workers are gone (returns 0 when every one said
  * goodbye, else the code of the first loss: err names the worker). */
 TFX_PS_API int64_t tfx_ps_server_create(int32_t server_index, int32_t num_servers, int32_t synchronous,
                                         double timeout_s);
@@ -49,6 +50,12 @@ TFX_PS_API int32_t tfx_ps_client_destroy(int64_t id);
  * its next step becomes the servers'. */
 TFX_PS_API int32_t tfx_ps_client_rejoin(int64_t id, int64_t service_client, int32_t worker, int64_t generation,
                                         char* err, int32_t err_len);
+/* Commits (elastic jobs): the client's worker commits its state at its closed steps, having
+ * committed at `held` before (-1: never); returns once every server has applied them. rollback:
+ * every server goes back to the commit at `step` (the state the workers restored), and so does
+ * the client's step count. */
+TFX_PS_API int32_t tfx_ps_client_commit(int64_t id, int64_t held, char* err, int32_t err_len);
+TFX_PS_API int32_t tfx_ps_client_rollback(int64_t id, int64_t step, char* err, int32_t err_len);
 TFX_PS_API int32_t tfx_ps_create_table(int64_t id, const tfx_emb_table_config* config, char* err,
                                        int32_t err_len);
 /* Lays the table's slots out for optimizer (sent when the model's optimizer

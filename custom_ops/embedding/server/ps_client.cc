@@ -178,6 +178,9 @@ Status PsClient::Rejoin(int64_t service_client, int worker, int64_t generation) 
   w.Put(generation);
   std::vector<std::vector<char>> replies;
   TFX_RETURN_IF_ERROR(CallAll(kSession, std::vector<std::string>(num_servers_, w.bytes()), &replies));
+  // The least of the servers' versions: they differ when a lost worker ended a step on some
+  // servers only; the rollback to the workers' commit (at or before it) that follows sets
+  // every server to one version.
   int64_t version = -1;
   for (int s = 0; s < num_servers_; ++s) {
     int64_t v;
@@ -185,14 +188,25 @@ Status PsClient::Rejoin(int64_t service_client, int worker, int64_t generation) 
       return Status(Code::kInternal, "worker " + std::to_string(worker) + ": parameter server " + std::to_string(s) +
                                          " answered SESSION with " + std::to_string(replies[s].size()) + " bytes");
     std::memcpy(&v, replies[s].data(), sizeof(v));
-    if (version >= 0 && v != version)
-      return Status(Code::kInternal, "worker " + std::to_string(worker) + ": the parameter servers disagree on the "
-                                         "steps applied (" + std::to_string(version) + " and " + std::to_string(v) +
-                                         ", server " + std::to_string(s) + ") at generation " +
-                                         std::to_string(generation));
-    version = v;
+    version = version < 0 ? v : std::min(version, v);
   }
   steps_.store(version);
+  pushed_.store(false);
+  return Status::Ok();
+}
+
+Status PsClient::Commit(int64_t held) {
+  Writer w;
+  w.Put(steps_.load());
+  w.Put(held);
+  return CallAll(kCommit, std::vector<std::string>(num_servers_, w.bytes()));
+}
+
+Status PsClient::RollBack(int64_t step) {
+  Writer w;
+  w.Put(step);
+  TFX_RETURN_IF_ERROR(CallAll(kRollBack, std::vector<std::string>(num_servers_, w.bytes())));
+  steps_.store(step);
   pushed_.store(false);
   return Status::Ok();
 }

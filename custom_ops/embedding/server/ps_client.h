@@ -48,8 +48,15 @@ class PsClient {
                            int64_t applies, int64_t max_chunk_bytes);
 
   // A new session (elastic jobs): this worker is `worker` of the servers' clients over
-  // service_client (not owned) from now on, and its next step is the servers' (SESSION).
+  // service_client (not owned) from now on, and its next step is the servers' (SESSION: the
+  // least of their versions).
   tfx::Status Rejoin(int64_t service_client, int worker, int64_t generation);
+
+  // Commits (elastic jobs, parameter_server.h): this worker commits its state at its closed
+  // steps, having committed at `held` before (-1: never); waits until every server applied
+  // them. RollBack: every server goes back to the commit at `step`, and so does this worker.
+  tfx::Status Commit(int64_t held);
+  tfx::Status RollBack(int64_t step);
 
   int64_t steps() const { return steps_.load(); }
   int num_servers() const { return num_servers_; }
