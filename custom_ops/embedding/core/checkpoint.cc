@@ -135,8 +135,8 @@ class Reader {
     if (name_len > (1u << 16)) return Error(Code::kDataLoss, "corrupt header (name length)");
     h->name.resize(name_len);
     TFX_RETURN_IF_ERROR(Read(h->name.data(), name_len));
-    if (h->dim <= 0 || h->dim > kMaxDim || h->num_slots < 0 || h->num_slots > 8 || h->num_shards < 1 || h->shard_index < 0 ||
-        h->shard_index >= h->num_shards || h->num_rows < 0)
+    if (h->dim <= 0 || h->dim > kMaxDim || h->num_slots < 0 || h->num_slots > 8 || h->num_shards < 1 ||
+        h->shard_index < 0 || h->shard_index >= h->num_shards || h->num_rows < 0)
       return Error(Code::kDataLoss, "corrupt header");
     const int64_t body = size_ - offset_ - kFooterBytes;
     if (body < 0 || body % h->record_bytes() != 0)
