@@ -5,7 +5,8 @@ table over ``max_table_bytes`` is too large to copy densely. Both keep their
 rows in tfx_dist's embedding store (on the parameter servers, or in this
 process for a local dynamic table), which writes them, id by id, into the shard
 files of a checkpoint (`custom_ops/embedding/core/checkpoint.h`). Serving reads
-those files back (`written_rows`) and serves the table as `CompactRows`:
+those files back (`written_rows`, by the store's own reader: a corrupt file is
+an error naming it) and serves the table as `CompactRows`:
 
 * ``ids``: the stored ids, sorted (int64 variable);
 * ``rows``: their rows in the same order, then one default row of zeros
@@ -30,17 +31,9 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from tfx_dist.embedding import shard_file
 from tfx_dist.parameter_server import table_checkpoint
 from tfx_dist.tables.placement import Placement
-
-_MAGIC = b"TFXEMB\0\1"
-# The fixed part of a shard file's header (`checkpoint.h`), little-endian, packed.
-_HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("name_len", "<u4"), ("table_id", "<i8"),
-                    ("dim", "<i8"), ("num_rows", "<i8"), ("shard_index", "<i4"),
-                    ("num_shards", "<i4"), ("seed", "<u8"), ("initializer_kind", "<i4"),
-                    ("optimizer_kind", "<i4"), ("init_a", "<f8"), ("init_b", "<f8"),
-                    ("num_slots", "<i4"), ("reserved", "<i4")])
-_FOOTER_BYTES = 16  # i64 record count, u64 checksum
 
 
 def compact_refusal(layer) -> str | None:
@@ -68,8 +61,7 @@ def written_rows(layer, folder: str | None = None):
         prefix = table_checkpoint.table_prefix(os.path.join(scratch, "rows"), layer.name,
                                                getattr(layer.table, "table_id", 0))
         layer.table.save(prefix)
-        parts = [read_shard_file(path, layer.output_dim)
-                 for path in table_checkpoint.shard_files(prefix, layer.name)]
+        parts = [_stored_rows(path, layer) for path in table_checkpoint.shard_files(prefix, layer.name)]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros([0], np.int64)
@@ -82,25 +74,13 @@ def written_rows(layer, folder: str | None = None):
     return ids, rows
 
 
-def read_shard_file(path: str, dim: int):
-    """(ids, values) of one shard file: each record's id and value (its optimizer slots left)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < _HEADER.itemsize + _FOOTER_BYTES or data[:8] != _MAGIC:
-        raise ValueError(f"{path} is not an embedding store shard file")
-    header = np.frombuffer(data, _HEADER, count=1)[0]
-    if int(header["version"]) != 1 or int(header["dim"]) != dim:
-        raise ValueError(f"{path}: version {int(header['version'])}, dim {int(header['dim'])}; "
-                         f"expected version 1, dim {dim}")
-    record = np.dtype([("id", "<i8"), ("record", "<f4", (dim * (1 + int(header["num_slots"])),))])
-    start = _HEADER.itemsize + int(header["name_len"])
-    body = len(data) - start - _FOOTER_BYTES
-    count = int(np.frombuffer(data, "<i8", count=1, offset=len(data) - _FOOTER_BYTES)[0])
-    if body < 0 or body != count * record.itemsize:
-        raise ValueError(f"{path}: {body} bytes of records do not hold the {count} records its "
-                         "footer counts")
-    records = np.frombuffer(data, record, count=count, offset=start)
-    return records["id"].astype(np.int64), records["record"][:, :dim].astype(np.float32)
+def _stored_rows(path: str, layer):
+    """(ids, values) of one shard file, read by the store's own reader (its checks and checksum)."""
+    ids, values = shard_file.read_shard_file(path)
+    if values.shape[1] != layer.output_dim:
+        raise ValueError(f"ShardedEmbedding '{layer.name}': its store wrote rows of dim {values.shape[1]} "
+                         f"into {path}, expected output_dim {layer.output_dim}")
+    return ids, values
 
 
 class CompactRows(tf.Module):

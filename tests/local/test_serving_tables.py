@@ -65,3 +65,36 @@ def test_subclassed_model_with_a_dynamic_table_is_served_as_compact_rows(tmp_pat
     # The model's own table is back: it still trains and predicts.
     assert model(np.array([3, 5])).shape == (2, 1)
     assert model.table.table.placement.value != "served"
+
+
+def test_compact_rows_come_from_the_stores_reader_and_a_corrupt_shard_file_is_named(tmp_path, monkeypatch):
+    """The rows are read by the store's own reader, checksum included: a flipped byte in a row of
+    a shard file is an error naming the file (a second reader in Python once served it)."""
+    from tfx_dist import serving_compact
+    from tfx_dist.embedding import store
+
+    model = UserModel()
+    ids = np.array([3, 5, 11])
+    model(ids)
+    expected = model.table.table.shard.lookup(ids)
+    got_ids, rows = serving_compact.written_rows(model.table, str(tmp_path))
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_array_equal(rows, expected)
+
+    saved = []
+    save = model.table.table.save
+
+    def save_then_flip_a_row_byte(prefix):
+        steps = save(prefix)
+        (path,) = tf.io.gfile.glob(prefix + ".shard-*")
+        data = bytearray(open(path, "rb").read())
+        name_len = int.from_bytes(data[12:16], "little")
+        data[88 + name_len + 8 + 3] ^= 0x40  # the high byte of the first record's first value
+        open(path, "wb").write(bytes(data))
+        saved.append(path)
+        return steps
+
+    monkeypatch.setattr(model.table.table, "save", save_then_flip_a_row_byte)
+    with pytest.raises(store.DataLossError, match="checksum mismatch") as e:
+        serving_compact.written_rows(model.table, str(tmp_path))
+    assert saved[0] in str(e.value), str(e.value)

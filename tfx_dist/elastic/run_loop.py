@@ -2,8 +2,8 @@
 
 Horovod's ``elastic.run`` semantics: the decorated ``func(state, ...)`` runs
 after a ``state.sync()``. When a peer is lost (a collective raises
-``tfx_dist.errors.PeerLostError``, or, inside a ``tf.function``, a TensorFlow
-error of the codes a lost peer gives), every survivor restores its last
+``tfx_dist.errors.PeerLostError``, or, inside a ``tf.function``, any error
+while the communicator is broken by a lost peer), every survivor restores its last
 commit; when the driver announces workers added or removed
 (``HostsUpdatedInterrupt``, raised by a commit on every rank at once), the
 state is the commit just made. Then ``membership.reset()`` forms the next
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import time
 
 from tfx_dist import errors
@@ -58,7 +57,11 @@ def run(func):
                 skip_sync = e.skip_sync
                 cause = "workers added or removed"
             except Exception as e:  # noqa: BLE001: only a lost peer is caught, the rest re-raised
-                if not _peer_lost(membership, e):
+                # By the communicator's state, not the error's class or text: TensorFlow
+                # re-raises a collective's UNAVAILABLE inside a function as an InternalError
+                # ("... originally returned UnavailableError ..."), but the runtime broke the
+                # communicator before it failed the collective (membership.is_peer_lost).
+                if not membership.is_peer_lost(e):
                     raise
                 state.restore()
                 skip_sync, cause = False, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -68,21 +71,6 @@ def run(func):
             state.on_reset()
 
     return wrapper
-
-
-# TensorFlow turns an UNAVAILABLE error of a non-network op inside a function into an INTERNAL
-# one ("... originally returned UnavailableError, and was replaced by InternalError ..."): a
-# collective op that lost its peer may surface so.
-_REPLACED = re.compile(r"originally returned (UnavailableError|AbortedError|DeadlineExceededError|"
-                       r"DataLossError)")
-
-
-def _peer_lost(membership, error) -> bool:
-    if membership.is_peer_lost(error):
-        return True
-    if getattr(error, "error_code", None) != errors.INTERNAL or not membership.elastic():
-        return False
-    return bool(_REPLACED.search(str(error)))
 
 
 def _reset(membership, cause: str):

@@ -92,6 +92,8 @@ _ARGTYPES = {
     "tfx_emb_write_records": [ctypes.c_int64, _i64_p, ctypes.c_int64, _f32_p, ctypes.c_int64] + _err,
     "tfx_emb_save": [ctypes.c_int64, ctypes.c_char_p] + _err,
     "tfx_emb_restore": [ctypes.c_int64, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32] + _err,
+    "tfx_emb_shard_file_shape": [ctypes.c_char_p, _i64_p, _i64_p] + _err,
+    "tfx_emb_read_shard_file": [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, _i64_p, _f32_p] + _err,
     "tfx_emb_set_optimizer": [ctypes.c_int64, ctypes.POINTER(OptimizerConfig)] + _err,
     "tfx_emb_shard_of": [_i64_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
                          ctypes.POINTER(ctypes.c_int32)] + _err,

@@ -157,6 +157,39 @@ int32_t tfx_emb_restore(int64_t id, const char* const* paths, int32_t n_paths, c
   });
 }
 
+int32_t tfx_emb_shard_file_shape(const char* path, int64_t* dim, int64_t* records, char* err, int32_t err_len) {
+  if (path == nullptr || dim == nullptr || records == nullptr)
+    return ReportToC(InvalidArgument("path, dim and records must not be null"), err, err_len);
+  tfx::embedding::ShardFileShape shape;
+  Status st = tfx::embedding::ReadShardFileShape(path, &shape);
+  if (st.ok()) *dim = shape.dim, *records = shape.records;
+  return ReportToC(st, err, err_len);
+}
+
+int32_t tfx_emb_read_shard_file(const char* path, int64_t dim, int64_t n, int64_t* ids, float* values, char* err,
+                                int32_t err_len) {
+  if (path == nullptr || dim < 1 || n < 0 || (n > 0 && (ids == nullptr || values == nullptr)))
+    return ReportToC(InvalidArgument("bad path, dim, count or outputs"), err, err_len);
+  tfx::embedding::ShardFileShape shape;  // set before the first record
+  auto as_expected = [&] { return shape.dim == dim && shape.records == n; };
+  auto changed = [&] {
+    return Status(Code::kFailedPrecondition, "embedding checkpoint " + std::string(path) + " changed: it holds " +
+                                                 std::to_string(shape.records) + " records of dim " +
+                                                 std::to_string(shape.dim) + ", expected " + std::to_string(n) +
+                                                 " of dim " + std::to_string(dim));
+  };
+  int64_t i = 0;
+  Status st = tfx::embedding::ReadShardFile(path, &shape, [&](int64_t id, const float* record) {
+    if (!as_expected()) return changed();
+    ids[i] = id;
+    std::copy(record, record + dim, values + i * dim);
+    ++i;
+    return Status::Ok();
+  });
+  if (st.ok() && !as_expected()) st = changed();  // a file of no records
+  return ReportToC(st, err, err_len);
+}
+
 int32_t tfx_emb_set_optimizer(int64_t id, const tfx_emb_optimizer* optimizer, char* err, int32_t err_len) {
   if (optimizer == nullptr) return ReportToC(InvalidArgument("optimizer must not be null"), err, err_len);
   const tfx::embedding::OptimizerConfig rule = tfx::embedding::OptimizerFromC(*optimizer);

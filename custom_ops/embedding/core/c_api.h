@@ -105,6 +105,18 @@ TFX_EMB_API int32_t tfx_emb_save(int64_t id, const char* path, char* err, int32_
 TFX_EMB_API int32_t tfx_emb_restore(int64_t id, const char* const* paths, int32_t n_paths, char* err,
                                     int32_t err_len);
 
+/* One shard file (tfx_emb_save's), read without a table (serving reads a table's
+ * rows so). shard_file_shape: its dim and record count, from its header and size.
+ * read_shard_file: its records' ids (n) and values (n * dim floats; the
+ * optimizer slots left out), in file order, with n and dim as shard_file_shape
+ * gave them (else FAILED_PRECONDITION: the file changed). Checks what
+ * tfx_emb_restore checks of a file: a bad one is DATA_LOSS naming it, and the
+ * outputs then hold nothing meaningful. */
+TFX_EMB_API int32_t tfx_emb_shard_file_shape(const char* path, int64_t* dim, int64_t* records, char* err,
+                                             int32_t err_len);
+TFX_EMB_API int32_t tfx_emb_read_shard_file(const char* path, int64_t dim, int64_t n, int64_t* ids, float* values,
+                                            char* err, int32_t err_len);
+
 /* Replaces the table's optimizer: stored rows keep their values, every slot
  * restarts from the new optimizer's initial value. The handle stays. */
 TFX_EMB_API int32_t tfx_emb_set_optimizer(int64_t id, const tfx_emb_optimizer* optimizer, char* err,

@@ -16,6 +16,8 @@ constexpr char kMagic[8] = {'T', 'F', 'X', 'E', 'M', 'B', '\0', '\1'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kBufferBytes = 1 << 20;
 constexpr int64_t kFooterBytes = 16;
+// Wider rows than this are a corrupt header (and would overflow record_bytes()).
+constexpr int64_t kMaxDim = int64_t{1} << 32;
 
 struct FileCloser {
   void operator()(FILE* f) const { std::fclose(f); }
@@ -133,8 +135,8 @@ class Reader {
     if (name_len > (1u << 16)) return Error(Code::kDataLoss, "corrupt header (name length)");
     h->name.resize(name_len);
     TFX_RETURN_IF_ERROR(Read(h->name.data(), name_len));
-    if (h->dim <= 0 || h->num_slots < 0 || h->num_slots > 8 || h->num_shards < 1 || h->shard_index < 0 ||
-        h->shard_index >= h->num_shards || h->num_rows < 0)
+    if (h->dim <= 0 || h->dim > kMaxDim || h->num_slots < 0 || h->num_slots > 8 || h->num_shards < 1 ||
+        h->shard_index < 0 || h->shard_index >= h->num_shards || h->num_rows < 0)
       return Error(Code::kDataLoss, "corrupt header");
     const int64_t body = size_ - offset_ - kFooterBytes;
     if (body < 0 || body % h->record_bytes() != 0)
@@ -193,15 +195,16 @@ Status CheckCompatible(const Reader& r, const Header& h, const TableShard& shard
   return Status::Ok();
 }
 
-// Streams one file's records; put(id, record) for each. Checks the footer.
-Status ForEachRecord(const std::string& path, const TableShard& shard, Header* header,
-                     const std::function<Status(int64_t id, const float* record)>& put) {
+// Streams one file's records; put(id, record) for each, after check(reader, header)
+// accepts the header. Checks the ids and the footer.
+using HeaderCheck = std::function<Status(const Reader& r, const Header& h)>;
+Status ForEachRecord(const std::string& path, Header* header, const HeaderCheck& check, const RecordFn& put) {
   Reader r;
   TFX_RETURN_IF_ERROR(r.Open(path));
   TFX_RETURN_IF_ERROR(r.ReadHeader(header));
-  TFX_RETURN_IF_ERROR(CheckCompatible(r, *header, shard));
+  TFX_RETURN_IF_ERROR(check(r, *header));
   const int64_t records = r.RecordsLeft(*header);
-  std::vector<float> record(shard.record_floats());
+  std::vector<float> record(records > 0 ? header->dim * (1 + header->num_slots) : 0);
   for (int64_t i = 0; i < records; ++i) {
     int64_t id = 0;
     TFX_RETURN_IF_ERROR(r.Get(&id));
@@ -214,6 +217,12 @@ Status ForEachRecord(const std::string& path, const TableShard& shard, Header* h
     TFX_RETURN_IF_ERROR(put(id, record.data()));
   }
   return r.ReadFooter(records);
+}
+
+// ForEachRecord for a file that must restore into shard.
+Status ForEachRecordOf(const std::string& path, const TableShard& shard, Header* header, const RecordFn& put) {
+  return ForEachRecord(
+      path, header, [&](const Reader& r, const Header& h) { return CheckCompatible(r, h, shard); }, put);
 }
 
 }  // namespace
@@ -256,7 +265,7 @@ Status RestoreShard(TableShard* shard, const std::vector<std::string>& paths) {
   std::vector<std::string> path_of_shard;
   for (const std::string& path : paths) {
     Header h;
-    TFX_RETURN_IF_ERROR(ForEachRecord(path, *shard, &h, [](int64_t, const float*) { return Status::Ok(); }));
+    TFX_RETURN_IF_ERROR(ForEachRecordOf(path, *shard, &h, [](int64_t, const float*) { return Status::Ok(); }));
     if (path_of_shard.empty()) path_of_shard.resize(h.num_shards);
     if (static_cast<int32_t>(path_of_shard.size()) != h.num_shards)
       return InvalidArgument("embedding checkpoint " + path + " was written by a job of " +
@@ -276,7 +285,7 @@ Status RestoreShard(TableShard* shard, const std::vector<std::string>& paths) {
   Status st = shard->Replace([&](const TableShard::PutFn& put) {
     for (const std::string& path : paths) {
       Header h;
-      TFX_RETURN_IF_ERROR(ForEachRecord(path, *shard, &h, [&](int64_t id, const float* record) {
+      TFX_RETURN_IF_ERROR(ForEachRecordOf(path, *shard, &h, [&](int64_t id, const float* record) {
         return ShardOf(id, c.num_shards, c.dynamic()) == c.shard_index ? put(id, record) : Status::Ok();
       }));
     }
@@ -284,6 +293,24 @@ Status RestoreShard(TableShard* shard, const std::vector<std::string>& paths) {
   });
   // Only a file changed between the two passes gets here.
   return st.WithPrefix(shard->description() + " is partly restored (a file changed while restoring): ");
+}
+
+Status ReadShardFileShape(const std::string& path, ShardFileShape* shape) {
+  Reader r;
+  Header h;
+  TFX_RETURN_IF_ERROR(r.Open(path));
+  TFX_RETURN_IF_ERROR(r.ReadHeader(&h));
+  *shape = ShardFileShape{h.dim, h.num_slots, r.RecordsLeft(h)};
+  return Status::Ok();
+}
+
+Status ReadShardFile(const std::string& path, ShardFileShape* shape, const RecordFn& put) {
+  Header h;
+  auto describe = [&](const Reader& r, const Header& header) {
+    *shape = ShardFileShape{header.dim, header.num_slots, r.RecordsLeft(header)};
+    return Status::Ok();
+  };
+  return ForEachRecord(path, &h, describe, put);
 }
 
 }  // namespace tfx::embedding

@@ -27,6 +27,7 @@
 // table unchanged; then to load the rows this shard holds.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,21 @@ Status SaveShard(const TableShard& shard, const std::string& path);
 // paths: the files of every shard of the writing job (any number of shards,
 // in any order). Replaces the shard's rows with the ones it holds from them.
 Status RestoreShard(TableShard* shard, const std::vector<std::string>& paths);
+
+// One shard file as its header and size describe it, before its records are
+// read (serving reads a file without a table to restore into).
+struct ShardFileShape {
+  int64_t dim = 0;
+  int32_t num_slots = 0;
+  int64_t records = 0;
+};
+Status ReadShardFileShape(const std::string& path, ShardFileShape* shape);
+
+// Streams one shard file's records, put(id, record) for each (record:
+// dim * (1 + num_slots) floats, value then slots), checking what RestoreShard
+// checks of a file (header, ids, record count, checksum). The checksum is
+// known only at the end: after an error, the records put came from a bad file.
+using RecordFn = std::function<Status(int64_t id, const float* record)>;
+Status ReadShardFile(const std::string& path, ShardFileShape* shape, const RecordFn& put);
 
 }  // namespace tfx::embedding
