@@ -13,6 +13,7 @@ checkpoint), ``data`` (Ray Data shards: every example once per epoch).
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -43,7 +44,9 @@ def _seeds_fit(config):
         import tfx_dist.ray
         callbacks += [tfx_dist.ray.StepCheckpoint(save_freq=config["save_freq"]), _StartStep(config["out"])]
     if config.get("kill_at") and info.rank == 1 and os.environ["TFX_RESTART_COUNT"] == "0":
-        callbacks.append(_SuicideAt(config["kill_at"]))
+        callbacks.append(_AtStep(config["kill_at"], lambda: os.kill(os.getpid(), signal.SIGKILL)))
+    if config.get("hold_at") and info.rank == 1 and os.environ["TFX_RESTART_COUNT"] == "0":
+        callbacks.append(_AtStep(config["hold_at"], lambda: _hold(config["out"])))
     start = time.monotonic()
     model.fit(x, y, batch_size=BATCH * strategy.num_replicas_in_sync, epochs=config.get("epochs", EPOCHS),
               shuffle=False, verbose=0, callbacks=callbacks)
@@ -214,13 +217,13 @@ class _StartStep:
         return StartStep()
 
 
-class _SuicideAt:
-    """Keras callback: this worker's process dies by SIGKILL after ``step`` batches (first run only)."""
+class _AtStep:
+    """Keras callback: calls ``action()`` after ``step`` batches of this worker."""
 
-    def __new__(cls, step):
+    def __new__(cls, step, action):
         import keras
 
-        class Suicide(keras.callbacks.Callback):
+        class AtStep(keras.callbacks.Callback):
             def __init__(self):
                 super().__init__()
                 self.count = 0
@@ -228,9 +231,20 @@ class _SuicideAt:
             def on_train_batch_end(self, batch, logs=None):
                 self.count += 1
                 if self.count == step:
-                    os.kill(os.getpid(), 9)
+                    action()
 
-        return Suicide()
+        return AtStep()
+
+
+def _hold(out):
+    """Writes this worker's Ray node to OUT/holding and waits there, for the test to kill its node."""
+    import ray
+
+    with open(os.path.join(out, "holding.tmp"), "w") as f:
+        json.dump({"node_id": ray.get_runtime_context().get_node_id(),
+                   "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}, f)
+    os.rename(os.path.join(out, "holding.tmp"), os.path.join(out, "holding"))
+    time.sleep(600)
 
 
 def main(case, address, out):
@@ -254,6 +268,11 @@ def main(case, address, out):
         trainer = tfx_dist.ray.TfxTrainer(_seeds_fit, train_loop_config={"out": out, "save_freq": 5,
                                                                          "kill_at": 13},
                                           scaling_config=scaling, run_config=run)
+    elif case == "node-lost":  # rank 1 waits at step 13 for the test to kill its node
+        trainer = tfx_dist.ray.TfxTrainer(_seeds_fit, train_loop_config={"out": out, "hold_at": 13},
+                                          scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
+                                                                       placement_strategy="STRICT_SPREAD"),
+                                          run_config=run)
     elif case == "horovod":
         trainer = TensorflowTrainer(_horovod, train_loop_config={"out": out}, scaling_config=scaling,
                                     run_config=run, tensorflow_config=tfx_dist.ray.TfxConfig())
@@ -275,7 +294,8 @@ def main(case, address, out):
     try:
         result = trainer.fit()
     except Exception as e:  # noqa: BLE001  (reported to the test or the benchmark)
-        print("RESULT " + json.dumps({"error": f"{type(e).__name__}: {str(e)[-2000:]}"}), flush=True)
+        print("RESULT " + json.dumps({"error": f"{type(e).__name__}: {str(e)[-2000:]}",
+                                      "error_head": str(e)[:2000]}), flush=True)
         return
     checkpoint = None
     if result.checkpoint is not None:

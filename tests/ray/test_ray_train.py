@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 
 import numpy as np
@@ -144,3 +145,30 @@ def test_ray_data_shards_every_example_once_per_epoch(cluster, outputs, case):
         seen = [json.load(open(out / f"seen-{rank}-{epoch}.json")) for rank in range(2)]
         assert len(seen[0]) == len(seen[1]) == 256
         assert sorted(int(i) for i in seen[0] + seen[1]) == list(range(512))
+
+
+def test_a_node_that_dies_mid_run_is_named_with_its_rank_and_what_to_do(cluster, outputs):
+    # The workers on two nodes (STRICT_SPREAD); rank 1 waits at step 13 and the test kills its whole
+    # node (the raylet and every process under it), as a lost machine.
+    out = outputs / "node-lost"
+    out.mkdir()
+    driver = subprocess.Popen([sys.executable, JOBS, "node-lost", cluster.address, str(out)], env=node_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "holding").exists():
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.5)
+        holding = json.loads((out / "holding").read_text())
+        cluster.kill_node(holding["node_id"])
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+        cluster.add_node(2)  # the other tests' CPUs back
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, stderr[-5000:]
+    head = json.loads(lines[-1][len("RESULT "):])["error_head"]
+    assert (f"tfx_dist.ray: the worker group lost rank 1 on Ray node {holding['node_id']} "
+            f"({holding['node_ip']}): the node died.") in head, head
+    assert "bring the node back or add one (`ray start --address=...`)" in head
+    assert "FailureConfig(max_failures=K)" in head
