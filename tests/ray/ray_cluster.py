@@ -52,11 +52,13 @@ class RayCluster:
             self.stop()
             raise
 
-    def add_node(self, cpus: int, env: dict | None = None) -> None:
-        self._start([f"--address={self.address}", "--node-ip-address=127.0.0.1"], cpus, env)
+    def add_node(self, cpus: int, env: dict | None = None, ray: str = "ray") -> None:
+        """Starts a worker node; ``ray``: the `ray` command of another Python environment (its
+        workers then run that environment's packages)."""
+        self._start([f"--address={self.address}", "--node-ip-address=127.0.0.1"], cpus, env, ray)
 
-    def _start(self, args, cpus, env=None):
-        proc = subprocess.run(["ray", "start", *args, f"--num-cpus={cpus}", "--num-gpus=0",
+    def _start(self, args, cpus, env=None, ray="ray"):
+        proc = subprocess.run([ray, "start", *args, f"--num-cpus={cpus}", "--num-gpus=0",
                                f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"],
                               env=node_env(env), capture_output=True, text=True, timeout=120)
         if proc.returncode:
