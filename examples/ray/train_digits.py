@@ -2,9 +2,12 @@
 step checkpoints that Ray keeps, and Ray's restarts resuming at the step.
 
     pip install "ray[train]"
-    ray start --head --num-cpus=2          # or an existing cluster: RAY_ADDRESS=...
+    PYTHONPATH=$PWD/examples ray start --head --num-cpus=4   # or an existing cluster: RAY_ADDRESS=...
     PYTHONPATH=examples python3 examples/ray/train_digits.py --workers 2
     PYTHONPATH=examples python3 examples/ray/train_digits.py --workers 2 --ps 2   # ParameterServerStrategy
+
+A CPU per worker and per server (`--ps 2`: 4 in all); with fewer, `TfxTrainer` stops at once with
+an error that lists the nodes' CPUs.
 
 Every node needs tfx_dist and this directory importable (the same PYTHONPATH
 when you `ray start` it, or a runtime_env with a working_dir).

@@ -52,15 +52,31 @@ class RayCluster:
             self.stop()
             raise
 
-    def add_node(self, cpus: int, env: dict | None = None) -> None:
-        self._start([f"--address={self.address}", "--node-ip-address=127.0.0.1"], cpus, env)
+    def add_node(self, cpus: int, env: dict | None = None, ray: str = "ray") -> None:
+        """Starts a worker node; ``ray``: the `ray` command of another Python environment (its
+        workers then run that environment's packages)."""
+        self._start([f"--address={self.address}", "--node-ip-address=127.0.0.1"], cpus, env, ray)
 
-    def _start(self, args, cpus, env=None):
-        proc = subprocess.run(["ray", "start", *args, f"--num-cpus={cpus}", "--num-gpus=0",
+    def _start(self, args, cpus, env=None, ray="ray"):
+        proc = subprocess.run([ray, "start", *args, f"--num-cpus={cpus}", "--num-gpus=0",
                                f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"],
                               env=node_env(env), capture_output=True, text=True, timeout=120)
         if proc.returncode:
             raise RuntimeError(f"ray start {' '.join(args)} failed: {proc.stderr[-3000:]}")
+
+    def kill_node(self, node_id: str) -> list[int]:
+        """Kills one node as a lost machine would vanish: SIGKILL to its raylet and every process
+        under it (the worker actors, its agents). Returns the pids killed."""
+        raylets = [pid for pid in _pids_of(f"--node_id={node_id}") if _is_raylet(pid)]
+        if len(raylets) != 1:
+            raise RuntimeError(f"node {node_id}: found raylet(s) {raylets}")
+        doomed = [raylets[0]] + _descendants(raylets[0])
+        for pid in doomed:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        return doomed
 
     def stop(self) -> None:
         # `ray stop` stops every Ray on the machine; this cluster's processes only:
@@ -85,6 +101,31 @@ def _pids_of(*marks: str) -> list[int]:
             continue
         if any(mark in cmdline for mark in marks):
             found.append(int(name))
+    return found
+
+
+def _is_raylet(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "raylet"
+    except OSError:
+        return False
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
     return found
 
 

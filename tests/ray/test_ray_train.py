@@ -6,8 +6,10 @@ One cluster for the module; each job is a driver process (jobs.py) that runs a t
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import urllib.request
 
 import numpy as np
@@ -20,6 +22,9 @@ pytestmark = [pytest.mark.skipif(ray_missing() is not None, reason=str(ray_missi
               pytest.mark.skipif(os.environ.get("TFX_RAY_TESTS") != "1",
                                  reason="the Ray tests run with `make ray` (TFX_RAY_TESTS=1)")]
 JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs.py")
+# A Python environment with another TensorFlow and the same Ray (`pip install "ray[default,train]==2.60.0"`
+# into it), for a node whose workers really run another TensorFlow.
+OTHER_TF_VENV = os.environ.get("TFX_RAY_OTHER_TF_VENV", "/work/venvs/tf2.20")
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +40,9 @@ def outputs(tmp_path_factory):
     return tmp_path_factory.mktemp("ray")
 
 
-def run_job(case, cluster, out, timeout=300):
+def run_job(case, cluster, out, timeout=300, env=None):
     os.makedirs(out, exist_ok=True)
-    proc = subprocess.run([sys.executable, JOBS, case, cluster.address, str(out)], env=node_env(),
+    proc = subprocess.run([sys.executable, JOBS, case, cluster.address, str(out)], env=node_env(env),
                           capture_output=True, text=True, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, (proc.stdout[-3000:], proc.stderr[-5000:])
@@ -55,10 +60,16 @@ def test_too_few_cpus_is_an_error_naming_the_nodes(cluster):
     assert proc.stdout.count(": 2 CPU") == 2 and "ray start --address=" in proc.stdout
 
 
-def test_two_workers_through_tensorflow_trainer_equal_tfx_dist_run(cluster, outputs):
+def test_two_workers_through_tensorflow_trainer_equal_tfx_dist_run_and_keep_an_intruder_out(cluster, outputs):
+    # Before rank 1 joins, a process holding another run's secret connects to rank 0's rendezvous
+    # as rank 1: its handshake fails naming the secret, and the job goes on undisturbed (its
+    # weights below equal tfx-dist-run's).
     ray_out = outputs / "mwms"
-    result = run_job("mwms", cluster, ray_out)
+    result = run_job("mwms", cluster, ray_out, env={"RAY_JOB_INTRUDER": "1"})
     assert result["error"] is None
+    intruder = json.loads((ray_out / "intruder.json").read_text())
+    assert "UnauthenticatedError" in intruder["classes"], intruder
+    assert "failed authentication" in intruder["message"] and "TFX_JOB_SECRET" in intruder["message"]
     plain_out = outputs / "plain"
     plain_out.mkdir()
     env = dict(node_env(), TFX_TIMEOUT_S="60")
@@ -122,6 +133,25 @@ def test_a_killed_worker_actor_resumes_at_the_step_through_failure_config(cluste
     assert len(first) == 1 and len(second) == 1 and first != second
 
 
+def test_sigterm_to_a_worker_saves_at_the_step_and_the_restart_resumes_there(cluster, outputs):
+    # Rank 1's process gets SIGTERM after 13 steps (saves every 5). The actor's main thread notes it,
+    # both workers stop at the step they agree on, the chief reports that step's checkpoint, and Ray
+    # restarts the group from it: no step is repeated or lost.
+    out = outputs / "sigterm"
+    result = run_job("sigterm", cluster, out)
+    assert result["error"] is None and result["fit"]["restart_count"] == "1"
+    messages = [(out / f"preempted-{rank}").read_text() for rank in range(2)]
+    assert "preempted (SIGTERM received the notice)" in messages[1], messages
+    saved = {int(re.search(r"saved step (\d+) ", m).group(1)) for m in messages}
+    assert len(saved) == 1, messages
+    stop = saved.pop()
+    assert stop >= 13 and stop % 5, stop  # at the notice, not at a periodic save
+    assert (out / "start-0").read_text() == "0" and int((out / "start-1").read_text()) == stop
+    np.testing.assert_allclose(np.load(out / "weights-1.npy"), np.load(outputs / "mwms" / "weights-0.npy"),
+                               rtol=1e-5, atol=1e-7)
+    assert result["checkpoint"]["latest"]["step"] == 20
+
+
 def test_parameter_servers_as_actors_two_workers_two_servers(cluster, outputs):
     out = outputs / "ps"
     result = run_job("ps", cluster, out)
@@ -135,6 +165,25 @@ def test_parameter_servers_as_actors_two_workers_two_servers(cluster, outputs):
     np.testing.assert_allclose(w0[-5:], reference[-5:], rtol=1e-5, atol=1e-7)
 
 
+def test_hybrid_strategy_through_tfx_trainer_equals_one_process(cluster, outputs):
+    # HybridStrategy with no server: the table sharded over the two workers (all-to-alls).
+    out = outputs / "hybrid"
+    result = run_job("hybrid", cluster, out)
+    assert result["error"] is None
+    assert result["fit"]["num_ps"] == 0 and result["fit"]["table_kind"] == "WorkerShardedTable"
+    reference_loss = json.loads((out / "loss-reference.json").read_text())
+    np.testing.assert_allclose(result["fit"]["loss"], reference_loss, rtol=1e-5)
+    assert reference_loss[1] < reference_loss[0]
+    reference = {name: np.load(out / f"{name}-reference.npy") for name in ("weights", "rows")}
+    assert np.abs(reference["rows"]).max() > 0.01  # the table trained
+    for rank in range(2):
+        # The whole table's rows and the dense layer (kernel 4 + bias 1) as in one process.
+        np.testing.assert_allclose(np.load(out / f"rows-hybrid-{rank}.npy"), reference["rows"],
+                                   rtol=1e-5, atol=1e-7)
+        dense = np.load(out / f"weights-hybrid-{rank}.npy")[-5:]
+        np.testing.assert_allclose(dense, reference["weights"][-5:], rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("case", ["data", "data-direct"])
 def test_ray_data_shards_every_example_once_per_epoch(cluster, outputs, case):
     # "data": through tfx_dist.ray.dataset_shard; "data-direct": the shard's to_tf() given to fit.
@@ -144,3 +193,50 @@ def test_ray_data_shards_every_example_once_per_epoch(cluster, outputs, case):
         seen = [json.load(open(out / f"seen-{rank}-{epoch}.json")) for rank in range(2)]
         assert len(seen[0]) == len(seen[1]) == 256
         assert sorted(int(i) for i in seen[0] + seen[1]) == list(range(512))
+
+
+def test_a_node_that_dies_mid_run_is_named_with_its_rank_and_what_to_do(cluster, outputs):
+    # The workers on two nodes (STRICT_SPREAD); rank 1 waits at step 13 and the test kills its whole
+    # node (the raylet and every process under it), as a lost machine.
+    out = outputs / "node-lost"
+    out.mkdir()
+    driver = subprocess.Popen([sys.executable, JOBS, "node-lost", cluster.address, str(out)], env=node_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "holding").exists():
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.5)
+        holding = json.loads((out / "holding").read_text())
+        cluster.kill_node(holding["node_id"])
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+        cluster.add_node(2)  # the other tests' CPUs back
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, stderr[-5000:]
+    head = json.loads(lines[-1][len("RESULT "):])["error_head"]
+    assert (f"tfx_dist.ray: the worker group lost rank 1 on Ray node {holding['node_id']} "
+            f"({holding['node_ip']}): the node died.") in head, head
+    assert "bring the node back or add one (`ray start --address=...`)" in head
+    assert "FailureConfig(max_failures=K)" in head
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(OTHER_TF_VENV, "bin", "ray")),
+                    reason=f"no Ray in TFX_RAY_OTHER_TF_VENV={OTHER_TF_VENV}")
+def test_a_node_with_another_tensorflow_fails_the_start_naming_both(outputs):
+    # Its own cluster: one worker node of this Python, one started from another environment's
+    # `ray` (its workers import that TensorFlow); one worker on each.
+    other = RayCluster(worker_cpus=(1,))
+    try:
+        other.add_node(1, ray=os.path.join(OTHER_TF_VENV, "bin", "ray"))
+        result = run_job("versions", other, outputs / "versions")
+    finally:
+        other.stop()
+    other_tf = subprocess.run([os.path.join(OTHER_TF_VENV, "bin", "python"), "-c",
+                               "from importlib import metadata as m; print(m.version('tensorflow-cpu'))"],
+                              capture_output=True, text=True, timeout=60).stdout.strip()
+    message = result["error_head"]
+    assert "the workers run different versions of tensorflow" in message, message
+    assert re.search(rf"tensorflow {re.escape(other_tf)}: rank \d on node \w+ \(", message), message
+    assert "Install the same tensorflow on every node" in message

@@ -101,7 +101,14 @@ def _describe_worker() -> dict:
 
 
 def _join_job(tf_config: str, secret: str, restart_count: int) -> None:
-    """Runs on a worker actor before the training function: its place in the job and the secret."""
+    """Runs on a worker actor before the training function: its place in the job and the secret.
+
+    A task of the actor runs in its main thread, where signal handlers can be installed: SIGTERM
+    becomes a preemption notice for `StepCheckpoint` (the training function runs in another thread).
+    """
+    from tfx_dist.ray import preemption
+
     os.environ["TF_CONFIG"] = tf_config
     os.environ["TFX_JOB_SECRET"] = secret
     os.environ["TFX_RESTART_COUNT"] = str(restart_count)
+    preemption.install_in_actor()

@@ -18,9 +18,11 @@ import tempfile
 
 import ray.train
 
-from tfx_dist.fault_tolerance import keras_callback
+from tfx_dist.errors import AbortedError
+from tfx_dist.fault_tolerance import PREEMPTED_EXIT_CODE, keras_callback
 from tfx_dist.fault_tolerance.agreement import is_chief
 from tfx_dist.fault_tolerance.checkpoint_dir import LATEST
+from tfx_dist.ray import preemption
 
 
 class StepCheckpoint(keras_callback.StepCheckpoint):
@@ -45,6 +47,27 @@ class StepCheckpoint(keras_callback.StepCheckpoint):
     def __init__(self, directory: str | None = None, save_freq="epoch", **kwargs):
         directory = directory or tempfile.mkdtemp(prefix="tfx-ray-steps-")
         super().__init__(directory, save_freq=save_freq, **kwargs)
+        if self._notice is not None:  # fed by the actor's main thread (the backend installs it)
+            self._notice = preemption.ActorPreemptionNotice(
+                self._notice.signals, then="this worker saves at the next step boundary agreed with the "
+                "others, reports the checkpoint to Ray Train and stops; Ray Train restarts the group from it")
+
+    def on_train_batch_end(self, batch, logs=None):
+        try:
+            super().on_train_batch_end(batch, logs)
+        except SystemExit as stop:
+            if stop.code != PREEMPTED_EXIT_CODE:
+                raise
+            # Saved and reported: stop once the controller holds the report, so that the restart
+            # resumes from this step rather than from the save before.
+            taken = preemption.wait_until_reported()
+            raise AbortedError(
+                f"tfx_dist.ray: preempted ({self._notice.signal_name or 'another worker'} received the "
+                f"notice): saved step "
+                f"{self._step} (epoch {self._epoch}, batch {self._step_in_epoch}) and reported it to Ray "
+                f"Train{'' if taken else ' (not yet taken by its controller after 60 s)'}; the group stops "
+                f"here and Ray Train restarts it from that step (RunConfig(failure_config=FailureConfig("
+                f"max_failures=K)) counts this as one failure).") from None
 
     def on_train_begin(self, logs=None):
         checkpoint = ray.train.get_checkpoint()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ray.train import WorkerGroupError
 from ray.train.tensorflow import TensorflowTrainer
 
+from tfx_dist.ray import lost_workers
 from tfx_dist.ray.backend import TfxConfig
 from tfx_dist.ray.preflight import check_resources
 
@@ -36,4 +38,11 @@ class TfxTrainer(TensorflowTrainer):
         scaling = self.scaling_config
         cpus = (scaling.resources_per_worker or {}).get("CPU", 1.0) if not scaling.use_gpu else 0.0
         check_resources(scaling.num_workers, cpus, self._tfx_config.num_ps, self._tfx_config.cpus_per_ps)
-        return super().fit()
+        try:
+            return super().fit()
+        except WorkerGroupError as error:
+            sentence = lost_workers.explain(error.worker_failures)
+            if sentence is None:
+                raise
+            # The same class (callers catch Ray's errors), the lost node named first.
+            raise type(error)(f"{sentence}\n{error._error_message}", error.worker_failures) from error
