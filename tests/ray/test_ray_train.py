@@ -145,7 +145,9 @@ def test_sigterm_to_a_worker_saves_at_the_step_and_the_restart_resumes_there(clu
     saved = {int(re.search(r"saved step (\d+) ", m).group(1)) for m in messages}
     assert len(saved) == 1, messages
     stop = saved.pop()
-    assert stop >= 13 and stop % 5, stop  # at the notice, not at a periodic save
+    # The preempted-N files are written by the notice's save only; the step the workers agree on may
+    # fall on a periodic save's step (15) when the notice takes two steps to reach both of them.
+    assert 13 <= stop < 20, stop
     assert (out / "start-0").read_text() == "0" and int((out / "start-1").read_text()) == stop
     np.testing.assert_allclose(np.load(out / "weights-1.npy"), np.load(outputs / "mwms" / "weights-0.npy"),
                                rtol=1e-5, atol=1e-7)
