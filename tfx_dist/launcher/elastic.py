@@ -194,9 +194,9 @@ class ElasticJob:
     def reap(self) -> None:
         """Tells the driver of every worker that exited since the last call."""
         for name, worker in self.workers.items():
-            if name in self.lost or name in self.finished or worker.proc.poll() is None:
+            code = worker.returncode()
+            if name in self.lost or name in self.finished or code is None:
                 continue
-            code = worker.proc.returncode
             self.driver.worker_exited(name)
             if code == 0:
                 self.finished.append(name)

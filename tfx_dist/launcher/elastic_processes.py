@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 from tfx_dist.launcher.console import Console
 from tfx_dist.launcher.parent_death import check_startable, dying_with_parent
 from tfx_dist.launcher.relay import Relay
-from tfx_dist.launcher.status import LaunchError
+from tfx_dist.launcher.status import LaunchError, returncode_from_shell
 
 
 class JobProcess:
@@ -39,6 +39,11 @@ class JobProcess:
                        Relay(name, self.proc.stderr, err, prefix, console, hide, True)]
         for relay in self.relays:
             relay.start()
+
+    def returncode(self) -> Optional[int]:
+        """Popen.returncode; for a remote worker, its 128+N read back as killed by signal N."""
+        code = self.proc.poll()
+        return returncode_from_shell(code) if self.remote and code is not None else code
 
     def _tell(self, data: bytes) -> None:
         try:

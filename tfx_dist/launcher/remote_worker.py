@@ -19,7 +19,7 @@ to every user of H):
 Here it picks a free port on H (the bind is checked on H itself), tells the
 driver the worker's address (authenticated, ``address``), sets ``TF_CONFIG``
 to it and starts the command. Its exit is the worker's: the same exit code,
-or the same signal.
+or 128+N for a worker killed by signal N.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tfx_dist.cluster import join_address, make_tf_config
 from tfx_dist.launcher.elastic_protocol import ProtocolError, ask
 from tfx_dist.launcher.parent_death import check_startable, dying_with_parent
 from tfx_dist.launcher.ports import pick_ports
-from tfx_dist.launcher.status import LAUNCHER, LaunchError
+from tfx_dist.launcher.status import LAUNCHER, LaunchError, shell_exit_code
 
 _ASK_S = 30.0
 _POLL_S = 0.1
@@ -112,12 +112,9 @@ def main() -> None:
         proc = start(settings)
     except (LaunchError, ValueError, KeyError) as e:
         sys.exit(f"{LAUNCHER} (on {os.uname().nodename}): {e}")
-    code = watch(proc, rest)
-    if code < 0:  # died by a signal: so does this process, for the launcher to see the same
-        if -code != signal.SIGKILL:
-            signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    sys.exit(code if code >= 0 else 128 - code)  # a signal whose default is not to end a process
+    # A worker killed by signal N exits 128+N, as a shell reports it: ssh turns a remote death by a
+    # signal into its own 255, an exit code it passes on (the launcher reads it back, JobProcess).
+    sys.exit(shell_exit_code(watch(proc, rest)))
 
 
 if __name__ == "__main__":

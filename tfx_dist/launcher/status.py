@@ -42,3 +42,8 @@ def describe_exit(code: int) -> str:
 def shell_exit_code(code: int) -> int:
     """Popen.returncode as a shell reports it: 128+N for a process killed by signal N."""
     return 128 - code if code < 0 else code
+
+
+def returncode_from_shell(code: int) -> int:
+    """The reverse of `shell_exit_code`: -N for 128+N where N is a signal (a remote worker's exit)."""
+    return 128 - code if 128 < code < 128 + signal.NSIG else code
